@@ -1,0 +1,40 @@
+"""Assemble the ASGI application of one instance from its runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from quart_trio import QuartTrio
+
+from gateway import errors
+from gateway.middleware import ASGIApp, RequestMiddleware
+from gateway.routes import keys, operations
+from gateway.routing import Operation, Routes
+from gateway.runtime import Runtime
+
+
+def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
+    """The app wrapped in the request middleware. `extra` lets tests mount routes of their own."""
+    app = QuartTrio("gateway")
+    server = runtime.config.server
+    # Quart's defaults cut long SSE streams after 60 s and buffer up to 16 MiB per body.
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 60
+    app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
+    errors.install(app)
+
+    registered: list[Routes] = []
+
+    def all_operations() -> list[Operation]:
+        return [op for r in registered for op in r.operations]
+
+    registered += [
+        keys.routes(runtime.storage, runtime.auth, runtime.hasher),
+        operations.routes(
+            runtime.storage.db, runtime.supervisor, runtime.auth, runtime.metrics, all_operations
+        ),
+        *extra,
+    ]
+    for r in registered:
+        app.register_blueprint(r.blueprint)
+    return RequestMiddleware(app, runtime.metrics, log_requests=server.access_log)

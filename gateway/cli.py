@@ -1,0 +1,137 @@
+"""The `gateway` command: serve, migrate, admin (see CONTRACT.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+import trio
+
+from gateway.bootstrap import accept_bootstrap_key, first_start_key
+from gateway.config import Config, ConfigError, load_config, redact_url
+from gateway.logs import setup_logging
+from gateway.master_key import MasterKeyError
+from gateway.runtime import credential_hasher
+from storage.errors import StorageError, UniqueViolation
+from storage.migrate import migrate
+from storage.open import open_database, open_storage
+from storage.orgs import PLANS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="OpenAI-compatible model gateway")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server until SIGINT/SIGTERM")
+    serve.add_argument("--config", help="TOML file (default: $GATEWAY_CONFIG or ./gateway.toml)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int)
+
+    mig = commands.add_parser("migrate", help="apply pending schema migrations (idempotent)")
+    mig.add_argument("--config")
+
+    admin = commands.add_parser("admin", help="administrative tasks")
+    admin_commands = admin.add_subparsers(dest="admin_command", required=True)
+    create_org = admin_commands.add_parser(
+        "create-org", help="create an organization and print its management key once"
+    )
+    create_org.add_argument("name")
+    create_org.add_argument("--plan", choices=PLANS, default="free")
+    create_org.add_argument("--config")
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    server = config.server
+    if getattr(args, "host", None):
+        server = replace(server, host=args.host)
+    if getattr(args, "port", None) is not None:
+        server = replace(server, port=args.port)
+    if getattr(args, "workers", None) is not None:
+        if args.workers < 1:
+            raise ConfigError("command line", "--workers", "must be at least 1")
+        server = replace(server, workers=args.workers)
+    return replace(config, server=server)
+
+
+async def _migrate(config: Config) -> int:
+    async with open_database(config.database_url) as db:
+        applied = await migrate(db)
+    for m in applied:
+        print(f"applied {m.version:04d}_{m.name}")
+    if not applied:
+        print("database is up to date")
+    return 0
+
+
+async def _create_org(config: Config, name: str, plan: str) -> int:
+    hasher = credential_hasher(config)
+    async with open_storage(config.database_url) as storage:
+        try:
+            org = await storage.orgs.create(name, plan)
+        except UniqueViolation:
+            print(f"gateway: an organization named {name!r} already exists", file=sys.stderr)
+            return 1
+        from protocol.credentials import CredentialKind
+
+        credential = hasher.generate(CredentialKind.MANAGEMENT)
+        await storage.orgs.add_management_key(org.id, credential)
+    print(f"organization {org.name} ({org.id}, plan {org.plan})")
+    print(f"management key (shown once): {credential.value}")
+    return 0
+
+
+async def _prepare_serving(config: Config) -> str | None:
+    """Migrate, accept the bootstrap key, create the first org on a new install."""
+    hasher = credential_hasher(config)
+    async with open_storage(config.database_url) as storage:
+        if config.bootstrap_management_key:
+            await accept_bootstrap_key(storage, hasher, config.bootstrap_management_key)
+            return None
+        return await first_start_key(storage, hasher)
+
+
+def _serve(config: Config) -> int:
+    from gateway.server import serve
+
+    first_key = trio.run(_prepare_serving, config)
+    providers = ", ".join(f"{p.name} ({p.kind})" for p in config.providers) or "none configured"
+
+    def announce(urls: list[str]) -> None:
+        for url in urls:
+            print(f"gateway listening on {url}", flush=True)
+        print(f"database: {redact_url(config.database_url)}", flush=True)
+        print(f"providers: {providers}", flush=True)
+        if first_key:
+            print(f"first start: management key for org 'default' (shown once): {first_key}")
+        sys.stdout.flush()
+
+    return serve(config, on_started=announce)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = _load(args)
+        setup_logging(config.log_level)
+        if args.command == "serve":
+            return _serve(config)
+        if args.command == "migrate":
+            return trio.run(_migrate, config)
+        if args.command == "admin" and args.admin_command == "create-org":
+            return trio.run(_create_org, config, args.name, args.plan)
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (MasterKeyError, StorageError) as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

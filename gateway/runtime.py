@@ -1,0 +1,77 @@
+"""The root of one gateway instance: storage, credentials, the supervisor and its actors.
+
+`open_runtime` is entered once per process (per worker) and owns the root nursery; leaving it
+stops every actor (they get a bounded, shielded moment to flush) and closes the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
+from actors.supervisor import Supervisor
+from gateway.auth import Authenticator
+from gateway.config import Config
+from gateway.master_key import load_master_key
+from gateway.metrics import Metrics
+from protocol.credentials import CredentialHasher, derive_pepper
+from storage.open import Storage, open_storage
+
+
+@dataclass(frozen=True)
+class Runtime:
+    config: Config
+    storage: Storage
+    hasher: CredentialHasher
+    auth: Authenticator
+    supervisor: Supervisor
+    metrics: Metrics
+    last_used: LastUsedRecorder
+
+
+def credential_hasher(config: Config) -> CredentialHasher:
+    return CredentialHasher(derive_pepper(load_master_key(config.master_key, config.data_dir)))
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: Config, *, cache_poll_interval: float = 1.0, last_used_interval: float = 1.0
+) -> AsyncIterator[Runtime]:
+    hasher = credential_hasher(config)
+    async with open_storage(config.database_url) as storage, trio.open_nursery() as nursery:
+        supervisor = Supervisor("root")
+        await nursery.start(supervisor.run)
+        last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
+        auth = Authenticator(storage, hasher, note_use=last_used.note)
+        await supervisor.start(last_used)
+        await supervisor.start(
+            CredentialEpochWatcher(storage.keys, auth.invalidate_all, interval=cache_poll_interval)
+        )
+        metrics = Metrics()
+        _register_gauges(metrics, supervisor, auth)
+        try:
+            yield Runtime(config, storage, hasher, auth, supervisor, metrics, last_used)
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def _register_gauges(metrics: Metrics, supervisor: Supervisor, auth: Authenticator) -> None:
+    def actor_restarts() -> list[tuple[dict[str, str], float]]:
+        out: list[tuple[dict[str, str], float]] = []
+        stack = [supervisor.snapshot()]
+        while stack:
+            node = stack.pop()
+            out.append(({"actor": node.name, "state": node.state}, float(node.restarts)))
+            stack.extend(node.children)
+        return out
+
+    metrics.gauge("gateway_actor_restarts", "Restarts of each supervised actor.", actor_restarts)
+    metrics.gauge(
+        "gateway_auth_cache_entries",
+        "Credentials held in this instance's cache.",
+        lambda: [({}, float(auth.statistics()["cached"]))],
+    )

@@ -1,0 +1,43 @@
+"""Decode a JSON request body into a typed struct, or fail with a 400 naming the `param`."""
+
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+
+import msgspec
+
+from protocol.errors import APIError, invalid_request
+
+T = TypeVar("T")
+
+_AT_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_FIELD = re.compile(r"field `(?P<name>[^`]+)`")
+
+
+def decode_json(body: bytes, type: type[T]) -> T:
+    """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`)."""
+    if not body.strip():
+        raise invalid_request("The request body must be a JSON object.", code="invalid_json")
+    try:
+        return msgspec.json.decode(body, type=type)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(str(exc)) from None
+    except msgspec.DecodeError:
+        raise invalid_request("The request body is not valid JSON.", code="invalid_json") from None
+
+
+def _validation_error(text: str) -> APIError:
+    param: str | None = None
+    match = _AT_PATH.search(text)
+    if match:
+        param = match.group("path").lstrip(".") or None
+        text = text[: match.start()]
+    field = _FIELD.search(text)
+    if field:
+        name = field.group("name")
+        param = f"{param}.{name}" if param else name
+    message = text[0].upper() + text[1:] if text else "Invalid request body."
+    if param:
+        message = f"{message} (at `{param}`)."
+    return invalid_request(message, param=param)

@@ -1,0 +1,53 @@
+"""The one interface both backends implement.
+
+SQL is written once, with named parameters (`:name`), in the subset SQLite and PostgreSQL share.
+Semantics every backend keeps:
+
+- `fetch`/`fetchrow`/`fetchval` on the Database are reads; they may run on a read pool.
+- `execute` on the Database is a single autocommitted write.
+- `transaction()` yields an Executor whose statements (reads and writes, `RETURNING` included)
+  run in one transaction, committed when the block exits normally and rolled back otherwise.
+  Rows are plain dicts.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+Row = dict[str, Any]
+Params = Mapping[str, object]
+_NO_PARAMS: Params = {}
+
+
+class Executor(abc.ABC):
+    @abc.abstractmethod
+    async def execute(self, sql: str, params: Params = _NO_PARAMS) -> int:
+        """Run a statement; returns the number of rows it changed."""
+
+    @abc.abstractmethod
+    async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]: ...
+
+    async def fetchrow(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
+        rows = await self.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def fetchval(self, sql: str, params: Params = _NO_PARAMS) -> Any:
+        row = await self.fetchrow(sql, params)
+        return None if row is None else next(iter(row.values()))
+
+
+class Database(Executor):
+    dialect: str  # "sqlite" or "postgresql"
+
+    @abc.abstractmethod
+    def transaction(self) -> AbstractAsyncContextManager[Executor]: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    def describe(self) -> str:
+        """What to print at start: the backend and where (no credentials)."""
+        return self.dialect

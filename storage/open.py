@@ -1,0 +1,61 @@
+"""Open a database from its URL, and the `Storage` facade routes and actors are given."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from storage.database import Database
+from storage.events import EventRepository
+from storage.keys import KeyRepository
+from storage.migrate import migrate
+from storage.orgs import OrgRepository
+from storage.postgres import open_postgres
+from storage.sqlite import open_sqlite
+
+
+@dataclass(frozen=True)
+class Storage:
+    db: Database
+    orgs: OrgRepository
+    keys: KeyRepository
+    events: EventRepository
+
+    @classmethod
+    def over(cls, db: Database) -> Storage:
+        return cls(
+            db=db, orgs=OrgRepository(db), keys=KeyRepository(db), events=EventRepository(db)
+        )
+
+
+def sqlite_path(url: str) -> str:
+    """`sqlite:///var/gateway.db` (relative) or `sqlite:////abs/path.db` -> a file path."""
+    path = url.removeprefix("sqlite:///")
+    return path or ":memory:"
+
+
+@asynccontextmanager
+async def open_database(
+    url: str, *, server_settings: dict[str, str] | None = None
+) -> AsyncIterator[Database]:
+    """The database behind `url`; closed when the block exits."""
+    if url.startswith("sqlite:///"):
+        db = open_sqlite(sqlite_path(url))
+        try:
+            yield db
+        finally:
+            await db.aclose()
+    elif url.startswith(("postgresql://", "postgres://")):
+        async with open_postgres(url, server_settings=server_settings) as pg:
+            yield pg
+    else:
+        raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]!r}")
+
+
+@asynccontextmanager
+async def open_storage(url: str, *, apply_migrations: bool = True) -> AsyncIterator[Storage]:
+    async with open_database(url) as db:
+        if apply_migrations:
+            await migrate(db)
+        yield Storage.over(db)

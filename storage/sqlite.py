@@ -1,0 +1,136 @@
+"""The embedded backend: SQLite in WAL mode.
+
+All writes go through one dedicated writer thread (one connection); a process-wide lock
+serializes transactions on it, and `BEGIN IMMEDIATE` plus `busy_timeout` serializes writers
+across processes (`gateway serve --workers N`). Reads use a small pool of reader connections
+on Trio's worker threads, so they never queue behind a write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from storage.database import _NO_PARAMS, Database, Executor, Params, Row
+from storage.errors import StorageUnavailable, UniqueViolation
+from storage.sqlite_thread import ConnectionThread
+
+T = TypeVar("T")
+_BUSY_TIMEOUT_MS = 10_000
+_READERS = 4
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path,
+        check_same_thread=False,  # created here, used on the owning thread
+        isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+        timeout=_BUSY_TIMEOUT_MS / 1000,
+    )
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[Row]:
+    # SQLite has no boolean type: repositories read boolean columns through bool().
+    return [dict(r) for r in cursor.fetchall()]
+
+
+@contextmanager
+def _mapped_errors() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" in str(exc):
+            raise UniqueViolation(str(exc)) from None
+        raise
+    except sqlite3.OperationalError as exc:
+        raise StorageUnavailable(f"sqlite: {exc}") from exc
+
+
+class _WriterExecutor(Executor):
+    """Statements inside one transaction, all on the writer thread."""
+
+    def __init__(self, writer: ConnectionThread) -> None:
+        self._writer = writer
+
+    async def execute(self, sql: str, params: Params = _NO_PARAMS) -> int:
+        return await self._writer.call(lambda c: _run(c, sql, params).rowcount)
+
+    async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
+        return await self._writer.call(lambda c: _rows(_run(c, sql, params)))
+
+
+def _run(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Cursor:
+    with _mapped_errors():
+        return conn.execute(sql, dict(params))
+
+
+class SQLiteDatabase(Database):
+    dialect = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._writer = ConnectionThread(_connect(path), name=f"sqlite-writer:{Path(path).name}")
+        self._tx_lock = trio.Lock()
+        self._readers = [_connect(path) for _ in range(_READERS)]
+        self._reader_limit = trio.CapacityLimiter(_READERS)
+
+    def __repr__(self) -> str:
+        return f"<SQLiteDatabase {self.path!r} writer={self._writer!r}>"
+
+    def describe(self) -> str:
+        return f"sqlite ({self.path})"
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._reader_limit:
+            conn = self._readers.pop()
+            try:
+                return await trio.to_thread.run_sync(fn, conn)
+            finally:
+                self._readers.append(conn)
+
+    async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
+        return await self._read(lambda c: _rows(_run(c, sql, params)))
+
+    async def execute(self, sql: str, params: Params = _NO_PARAMS) -> int:
+        async with self.transaction() as tx:
+            return await tx.execute(sql, params)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Executor]:
+        async with self._tx_lock:
+            await self._writer.call(lambda c: _run(c, "BEGIN IMMEDIATE", {}))
+            try:
+                yield _WriterExecutor(self._writer)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._writer.call(lambda c: c.execute("ROLLBACK"))
+                raise
+            else:
+                with trio.CancelScope(shield=True):
+                    await self._writer.call(lambda c: _run(c, "COMMIT", {}))
+
+    async def run_script(self, script: str) -> None:
+        """Run several statements at once (migrations); not in a transaction of ours."""
+        await self._writer.call(lambda c: c.executescript(script))
+
+    async def aclose(self) -> None:
+        await self._writer.aclose()
+        for conn in self._readers:
+            conn.close()
+
+
+def open_sqlite(path: str) -> SQLiteDatabase:
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteDatabase(path)

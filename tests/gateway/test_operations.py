@@ -1,0 +1,128 @@
+"""Health, metrics, the actor tree (with a crashing actor being restarted), the access log
+and the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio.lowlevel
+
+from actors.base import Actor
+from actors.supervisor import RestartPolicy
+from tests.gateway.keys_client import create_key
+from tests.harness import Gateway
+from tests.waiting import wait_until
+
+
+class Crashy(Actor):
+    def __init__(self) -> None:
+        self.name = "crashy"
+        self.runs = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.runs += 1
+        task_status.started()
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("crash on purpose")
+
+
+def _find(node: dict[str, object], name: str) -> dict[str, object] | None:
+    if node["name"] == name:
+        return node
+    for child in node["children"]:  # type: ignore[attr-defined]
+        found = _find(child, name)
+        if found:
+            return found
+    return None
+
+
+async def test_crashing_actor_restart_count_shows_in_admin_tree(gateway: Gateway) -> None:
+    crashy = Crashy()
+    await gateway.runtime.supervisor.start(
+        crashy, policy=RestartPolicy(initial_backoff=0.001, max_backoff=0.001)
+    )
+    await wait_until(lambda: crashy.runs >= 4)
+    r = await gateway.client.get("/v1/admin/actors", headers=gateway.auth())
+    assert r.status_code == 200
+    tree = r.json()
+    node = _find(tree, "crashy")
+    assert node is not None
+    assert int(node["restarts"]) >= 3  # type: ignore[call-overload]
+    assert "crash on purpose" in str(node["last_error"])
+    for name in ("last-used-recorder", "credential-epoch-watcher"):
+        found = _find(tree, name)
+        assert found is not None and found["state"] == "running"
+        assert "inbox_depth" in found and "restarts" in found
+    await gateway.runtime.supervisor.stop("crashy")
+
+
+async def test_healthz_reports_unhealthy_when_an_actor_is_down(gateway: Gateway) -> None:
+    assert (await gateway.client.get("/healthz")).status_code == 200
+    crashy = Crashy()
+    await gateway.runtime.supervisor.start(
+        crashy, policy=RestartPolicy(initial_backoff=60, max_backoff=60)
+    )
+    await wait_until(lambda: crashy.runs >= 1 and not gateway.runtime.supervisor.all_running())
+    r = await gateway.client.get("/healthz")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "unhealthy"
+    await gateway.runtime.supervisor.stop("crashy")
+    assert (await gateway.client.get("/healthz")).status_code == 200
+
+
+async def test_metrics_count_requests_by_route_and_status(gateway: Gateway) -> None:
+    await create_key(gateway, name="m")
+    await gateway.client.get("/v1/keys")  # 401
+    text = (await gateway.client.get("/metrics")).text
+    assert 'gateway_requests_total{method="POST",route="/v1/keys",status="200"} 1' in text
+    assert 'gateway_requests_total{method="GET",route="/v1/keys",status="401"} 1' in text
+    assert "gateway_request_duration_seconds_bucket" in text
+    assert 'gateway_actor_restarts{actor="last-used-recorder",state="running"} 0' in text
+
+
+async def test_one_json_access_log_line_per_request(
+    gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="gateway.access")
+    key = await create_key(gateway, name="logged", scopes=["keys:manage"])
+    r = await gateway.client.get("/v1/keys", headers=gateway.auth(key["key"]))
+
+    def lines() -> list[dict[str, object]]:
+        return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+
+    # The line is written just after the response went out.
+    await wait_until(lambda: len(lines()) >= 2)
+    await trio.sleep(0.01)
+    assert len(lines()) == 2
+    last = lines()[-1]
+    assert last["request_id"] == r.headers["x-request-id"]
+    assert last["route"] == "/v1/keys" and last["status"] == 200
+    assert last["org_id"] == gateway.org_id and last["key_id"] == key["id"]
+    assert last["latency_ms"] >= 0
+
+
+async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) -> None:
+    doc = (await gateway.client.get("/openapi.json")).json()
+    assert doc["openapi"].startswith("3.")
+    paths = doc["paths"]
+    assert set(paths["/v1/keys"]) == {"get", "post"}
+    assert set(paths["/v1/keys/{key_id}"]) == {"get", "patch", "delete"}
+    for path in ("/healthz", "/metrics", "/v1/admin/actors", "/openapi.json"):
+        assert "get" in paths[path]
+    create = paths["/v1/keys"]["post"]
+    schema_ref = create["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = doc["components"]["schemas"][schema_ref.rsplit("/", 1)[-1]]
+    assert schema["required"] == ["name"]
+    assert {"scopes", "rate_limit_rpm", "expires_at"} <= set(schema["properties"])
+    assert {"400", "401", "403", "409"} <= set(create["responses"])
+    # Every route the app serves is documented.
+    app_rules = {
+        "/v1/keys",
+        "/v1/keys/{key_id}",
+        "/healthz",
+        "/metrics",
+        "/v1/admin/actors",
+        "/openapi.json",
+    }
+    assert app_rules == set(paths)

@@ -1,0 +1,74 @@
+"""The Database interface behaves the same on every backend."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from storage import Database, UniqueViolation
+from storage.migrate import available, migrate, pending
+from storage.open import Storage
+
+
+async def test_migrate_is_idempotent(storage: Storage) -> None:
+    assert await pending(storage.db) == []
+    assert await migrate(storage.db) == []
+    versions = {m.version for m in available()}
+    rows = await storage.db.fetch("SELECT version FROM schema_migrations")
+    assert {int(r["version"]) for r in rows} == versions
+
+
+async def test_concurrent_migrate_applies_each_once(database_url: str) -> None:
+    from storage.open import open_database
+
+    async with open_database(database_url) as db_a, open_database(database_url) as db_b:
+        results: list[int] = []
+
+        async def run(db: Database) -> None:
+            results.append(len(await migrate(db)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, db_a)
+            nursery.start_soon(run, db_b)
+        assert sorted(results) == [0, len(available())]
+
+
+async def test_transaction_commits_and_rolls_back(storage: Storage) -> None:
+    db = storage.db
+    await db.execute(
+        "INSERT INTO orgs (id, name, plan, created_at) VALUES ('org_a', 'a', 'free', 1)"
+    )
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO orgs (id, name, plan, created_at) VALUES ('org_b', 'b', 'free', 1)"
+            )
+            assert await tx.fetchval("SELECT count(*) FROM orgs") == 2
+            raise RuntimeError("abort")
+    assert await db.fetchval("SELECT count(*) FROM orgs") == 1
+    async with db.transaction() as tx:
+        rows = await tx.fetch(
+            "UPDATE orgs SET plan = :plan WHERE id = :id RETURNING id, plan",
+            {"plan": "pro", "id": "org_a"},
+        )
+    assert rows == [{"id": "org_a", "plan": "pro"}]
+
+
+async def test_unique_violation_is_mapped(storage: Storage) -> None:
+    await storage.orgs.create("same")
+    with pytest.raises(UniqueViolation):
+        await storage.orgs.create("same")
+
+
+async def test_cancelled_transaction_rolls_back(storage: Storage) -> None:
+    db = storage.db
+    with trio.CancelScope() as scope:
+        async with db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO orgs (id, name, plan, created_at) VALUES ('org_c', 'c', 'free', 1)"
+            )
+            scope.cancel()
+            await trio.sleep(1)
+    assert await db.fetchval("SELECT count(*) FROM orgs WHERE id = 'org_c'") == 0
+    # The connection is usable afterwards.
+    await storage.orgs.create("after-cancel")
