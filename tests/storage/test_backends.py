@@ -7,6 +7,7 @@ import trio
 
 from storage import Database, UniqueViolation
 from storage.migrate import available, migrate, pending
+from tests.backends import BACKENDS
 from storage.open import Storage
 
 
@@ -72,3 +73,19 @@ async def test_cancelled_transaction_rolls_back(storage: Storage) -> None:
     assert await db.fetchval("SELECT count(*) FROM orgs WHERE id = 'org_c'") == 0
     # The connection is usable afterwards.
     await storage.orgs.create("after-cancel")
+
+
+@pytest.mark.parametrize("backend", ["postgresql"] if "postgresql" in BACKENDS else [])
+async def test_cancelled_postgres_query_is_cancelled_on_the_server(storage: Storage) -> None:
+    db = storage.db
+    marker = "gateway_cancel_probe"
+    with trio.move_on_after(0.3) as scope:
+        await db.fetch(f"SELECT pg_sleep(30) AS {marker}")
+    assert scope.cancelled_caught
+    running = await db.fetchval(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE state = 'active' AND query LIKE :pattern AND pid <> pg_backend_pid()",
+        {"pattern": f"%AS {marker}%"},
+    )
+    assert running == 0
+    assert await db.fetchval("SELECT 1") == 1  # the pool is still healthy
