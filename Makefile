@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: serve test lint typecheck unit migrate clean
+.PHONY: serve test lint fmt typecheck unit migrate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ migrate: $(STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+fmt: $(DEV_STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy

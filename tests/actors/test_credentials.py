@@ -30,7 +30,9 @@ async def _key(storage: Storage, name: str = "k") -> str:
 
 
 async def _last_used(storage: Storage, key_id: str) -> int | None:
-    value = await storage.db.fetchval("SELECT last_used_at FROM api_keys WHERE id = :id", {"id": key_id})
+    value = await storage.db.fetchval(
+        "SELECT last_used_at FROM api_keys WHERE id = :id", {"id": key_id}
+    )
     return None if value is None else int(value)
 
 
@@ -89,7 +91,7 @@ async def test_epoch_watcher_calls_back_when_a_key_changes(
     storage: Storage, autojump_clock: trio.testing.MockClock
 ) -> None:
     key_id = await _key(storage)
-    org_id = (await storage.db.fetchval("SELECT org_id FROM api_keys WHERE id = :id", {"id": key_id}))
+    org_id = await storage.db.fetchval("SELECT org_id FROM api_keys WHERE id = :id", {"id": key_id})
     changes: list[float] = []
     watcher = CredentialEpochWatcher(
         storage.keys, lambda: changes.append(trio.current_time()), interval=1.0

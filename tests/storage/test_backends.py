@@ -7,8 +7,8 @@ import trio
 
 from storage import Database, UniqueViolation
 from storage.migrate import available, migrate, pending
-from tests.backends import BACKENDS
 from storage.open import Storage
+from tests.backends import BACKENDS
 
 
 async def test_migrate_is_idempotent(storage: Storage) -> None:
