@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from quart_trio import QuartTrio
 
 from gateway import errors
+from gateway.inference import app as inference
+from gateway.inference.deps import InferenceDeps
 from gateway.middleware import ASGIApp, RequestMiddleware
 from gateway.routes import keys, operations
 from gateway.routing import Operation, Routes
@@ -26,7 +28,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     registered: list[Routes] = []
 
     def all_operations() -> list[Operation]:
-        return [op for r in registered for op in r.operations]
+        return [*inference.OPERATIONS, *(op for r in registered for op in r.operations)]
 
     registered += [
         keys.routes(runtime.storage, runtime.auth, runtime.hasher),
@@ -37,4 +39,14 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     ]
     for r in registered:
         app.register_blueprint(r.blueprint)
-    return RequestMiddleware(app, runtime.metrics, log_requests=server.access_log)
+    deps = InferenceDeps(
+        auth=runtime.auth,
+        registry=runtime.registry,
+        upstreams=runtime.upstreams,
+        relays=runtime.relays,
+        limiter=runtime.limiter,
+        max_body_bytes=server.max_request_body_bytes,
+        sse_keepalive_s=server.sse_keepalive_s,
+    )
+    hot_path = inference.InferenceApp(app, deps)
+    return RequestMiddleware(hot_path, runtime.metrics, log_requests=server.access_log)

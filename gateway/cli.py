@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     mig = commands.add_parser("migrate", help="apply pending schema migrations (idempotent)")
     mig.add_argument("--config")
 
+    commands.add_parser("bench", help="the bench suite (see bench/README.md)", add_help=False)
+
     admin = commands.add_parser("admin", help="administrative tasks")
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
     create_org = admin_commands.add_parser(
@@ -114,6 +116,12 @@ def _serve(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        # The bench suite has its own parser; imported lazily (plots need the bench extra).
+        from bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         config = _load(args)

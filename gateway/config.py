@@ -171,6 +171,9 @@ def _parse_server(table: _Table) -> ServerConfig:
             "max_request_body_bytes", schema.parse_positive_int, d.max_request_body_bytes
         ),
         access_log=table.get("access_log", schema.parse_bool, d.access_log),
+        sse_keepalive_s=table.get(
+            "sse_keepalive_s", schema.parse_positive_number, d.sse_keepalive_s
+        ),
     )
     table.finish()
     return server

@@ -102,6 +102,7 @@ class ServerConfig:
     keep_alive_max_requests: int = 1_000_000
     max_request_body_bytes: int = 1_048_576  # JSON bodies on management and inference routes
     access_log: bool = True
+    sse_keepalive_s: float = 15.0  # `: keepalive` after this much upstream silence (SPEC)
 
 
 @dataclass(frozen=True, repr=False)

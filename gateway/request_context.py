@@ -23,6 +23,8 @@ class RequestContext:
     key_id: str | None = None
     model: str | None = None
     cost_usd: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
     status: int | None = None
     response_complete: bool = False
 

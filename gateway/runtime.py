@@ -13,11 +13,15 @@ from dataclasses import dataclass
 import trio
 
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
+from actors.ratelimit import RateLimiter, open_rate_limiter
+from actors.relay import StreamRelays
 from actors.supervisor import Supervisor
+from actors.upstream import UpstreamClient, Upstreams
 from gateway.auth import Authenticator
-from gateway.config import Config
+from gateway.config import Config, ProviderConfig
 from gateway.master_key import load_master_key
 from gateway.metrics import Metrics
+from gateway.model_registry import ModelRegistry
 from protocol.credentials import CredentialHasher, derive_pepper
 from storage.open import Storage, open_storage
 
@@ -31,6 +35,10 @@ class Runtime:
     supervisor: Supervisor
     metrics: Metrics
     last_used: LastUsedRecorder
+    registry: ModelRegistry
+    upstreams: Upstreams
+    relays: StreamRelays
+    limiter: RateLimiter
 
 
 def credential_hasher(config: Config) -> CredentialHasher:
@@ -42,7 +50,11 @@ async def open_runtime(
     config: Config, *, cache_poll_interval: float = 1.0, last_used_interval: float = 1.0
 ) -> AsyncIterator[Runtime]:
     hasher = credential_hasher(config)
-    async with open_storage(config.database_url) as storage, trio.open_nursery() as nursery:
+    async with (
+        open_storage(config.database_url) as storage,
+        open_rate_limiter(config.redis_url) as limiter,
+        trio.open_nursery() as nursery,
+    ):
         supervisor = Supervisor("root")
         await nursery.start(supervisor.run)
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
@@ -51,12 +63,42 @@ async def open_runtime(
         await supervisor.start(
             CredentialEpochWatcher(storage.keys, auth.invalidate_all, interval=cache_poll_interval)
         )
+        upstreams = Upstreams({p.name: _client(p) for p in config.providers})
+        relays = StreamRelays()
+        for actor in (upstreams, relays, limiter):
+            await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
+        registry = ModelRegistry(config.providers, config.models)
         try:
-            yield Runtime(config, storage, hasher, auth, supervisor, metrics, last_used)
+            yield Runtime(
+                config,
+                storage,
+                hasher,
+                auth,
+                supervisor,
+                metrics,
+                last_used,
+                registry,
+                upstreams,
+                relays,
+                limiter,
+            )
         finally:
             nursery.cancel_scope.cancel()
+
+
+def _client(provider: ProviderConfig) -> UpstreamClient:
+    return UpstreamClient(
+        provider.name,
+        provider.kind,
+        provider.base_url,
+        provider.api_key,
+        max_connections=provider.max_connections,
+        max_keepalive_connections=provider.max_keepalive_connections,
+        connect_timeout_s=provider.connect_timeout_s,
+        read_timeout_s=provider.read_timeout_s,
+    )
 
 
 def _register_gauges(metrics: Metrics, supervisor: Supervisor, auth: Authenticator) -> None:

@@ -36,7 +36,15 @@ class Gateway:
         return {"Authorization": f"Bearer {key or self.management_key}"}
 
 
-def gateway_config(database_url: str, data_dir: Path, **env: str) -> Config:
+def gateway_config(
+    database_url: str, data_dir: Path, *, toml: str | None = None, **env: str
+) -> Config:
+    """A config for a test instance; `toml` is written to a file and loaded as the config."""
+    path: Path | None = None
+    if toml is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path = data_dir / "gateway.toml"
+        path.write_text(toml)
     environ: Mapping[str, str] = {
         "GATEWAY_DATABASE_URL": database_url,
         "GATEWAY_DATA_DIR": str(data_dir),
@@ -44,7 +52,7 @@ def gateway_config(database_url: str, data_dir: Path, **env: str) -> Config:
         "GATEWAY_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
         **env,
     }
-    return load_config(None, environ=environ)
+    return load_config(path, environ=environ)
 
 
 @asynccontextmanager

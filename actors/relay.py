@@ -1,0 +1,139 @@
+"""Stream relays: one per streamed request, reading the upstream's SSE body, translating it
+into the client's `chat.completion.chunk` frames, and handing them over a bounded channel.
+
+Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
+upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
+A stream that breaks (transport error, malformed frame, upstream ending before its finish)
+ends with an error frame and `[DONE]`; it never hangs. Cancelling the relay (the client left)
+stops it at once; the caller then closes the upstream response.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+import trio
+
+from actors.base import Actor
+from actors.upstream import UpstreamError, UpstreamTimeout, mapped_errors
+from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, error_frame
+from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
+from protocol.usage import Usage
+
+CHANNEL_CAPACITY = 16
+
+
+class FrameSource(Protocol):
+    """Turns upstream SSE events into client frames (OpenAI pass-through or a translation)."""
+
+    @property
+    def usage(self) -> Usage | None: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def feed(self, event: SSEEvent) -> list[bytes]: ...
+
+    def finish(self) -> list[bytes]: ...
+
+
+class OpenAIFrames:
+    """An OpenAI-compatible upstream: normalize its chunks (see ChunkRelay)."""
+
+    def __init__(self, relay: ChunkRelay) -> None:
+        self._relay = relay
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._relay.usage
+
+    @property
+    def finished(self) -> bool:
+        return self._relay.finished
+
+    def feed(self, event: SSEEvent) -> list[bytes]:
+        if event.data == "[DONE]":
+            return []
+        return self._relay.feed(event.data)
+
+    def finish(self) -> list[bytes]:
+        return self._relay.finish()
+
+
+@dataclass
+class RelayStats:
+    active: int = 0
+    completed: int = 0
+    broken: int = 0
+    cancelled: int = 0
+    frames: int = 0
+
+
+class StreamRelays(Actor):
+    """The home of every stream relay of this instance: counts them for the actor tree.
+    Relays run in their request's own task group (their lifetime is the request's)."""
+
+    def __init__(self) -> None:
+        self.name = "stream-relays"
+        self.stats = RelayStats()
+
+    def statistics(self) -> dict[str, object]:
+        s = self.stats
+        return {
+            "active": s.active,
+            "completed": s.completed,
+            "broken": s.broken,
+            "cancelled": s.cancelled,
+            "frames": s.frames,
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def relay(
+        self,
+        provider: str,
+        response: httpx.Response,
+        frames: FrameSource,
+        out: trio.MemorySendChannel[bytes],
+    ) -> None:
+        """Run one relay to its end; closes `out` when done. Cancellation stops it at once."""
+        stats = self.stats
+        stats.active += 1
+        decoder = SSEDecoder()
+        try:
+            async with out:
+                try:
+                    with mapped_errors(provider):
+                        async for raw in response.aiter_raw():
+                            for event in decoder.feed(raw):
+                                for frame in frames.feed(event):
+                                    stats.frames += 1
+                                    await out.send(frame)
+                    if not frames.finished:
+                        raise UpstreamProtocolError("the upstream stream ended early")
+                    closing = frames.finish()
+                except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
+                    stats.broken += 1
+                    code = (
+                        "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+                    )
+                    closing = [error_frame(_describe(exc), code=code), DONE]
+                else:
+                    stats.completed += 1
+                for frame in closing:
+                    await out.send(frame)
+        except trio.Cancelled:
+            stats.cancelled += 1
+            raise
+        finally:
+            stats.active -= 1
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, UpstreamError):
+        return f"The upstream provider {exc.provider!r} failed mid-stream; retry the request."
+    return f"The upstream stream was malformed or cut short: {exc}"

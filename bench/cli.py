@@ -1,0 +1,160 @@
+"""`gateway bench` (and `python -m bench.cli`): the standard suite, or load against any
+OpenAI-compatible base URL. Prints the table on stdout; writes CSV and PNGs when asked.
+
+Exit status: 0 when every scenario ran without errors, 1 when some requests failed or a piece of
+the suite did not start, 2 on bad arguments, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import trio
+
+from bench.http_client import Endpoint
+from bench.load import Scenario
+from bench.report import Row, terminal_table, write_csv, write_plots
+from bench.suite import SuiteError, SuiteOptions, measure, raise_fd_limit, run_suite
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("concurrency values must be at least 1")
+    return values
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway bench", description="load tests of the gateway or any OpenAI-compatible API"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    suite = commands.add_parser(
+        "suite", help="start upstream + gateway, measure direct vs gateway, JSON and SSE"
+    )
+    suite.add_argument("--concurrency", type=_concurrency, default=(1, 8, 64), metavar="1,8,64")
+    suite.add_argument("--duration", type=_positive, default=10.0, help="seconds per scenario")
+    suite.add_argument(
+        "--slow-streams", type=int, default=1000, help="concurrent 1 chunk/s streams (0: skip)"
+    )
+    suite.add_argument("--out", type=Path, default=Path("bench/out"), help="CSV and PNG folder")
+
+    run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
+    run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
+    run.add_argument("--api-key", required=True)
+    run.add_argument("--model", required=True)
+    run.add_argument("--stream", action="store_true", help="SSE streams instead of JSON")
+    run.add_argument("--concurrency", type=_concurrency, default=(1, 8, 64), metavar="1,8,64")
+    run.add_argument("--duration", type=_positive, default=10.0, help="seconds per scenario")
+    run.add_argument("--max-tokens", type=int, default=20)
+    run.add_argument("--timeout", type=_positive, default=30.0, help="per request, seconds")
+    run.add_argument("--direct-url", help="the upstream itself, to report added latency")
+    run.add_argument("--direct-api-key", help="key for --direct-url (default: --api-key)")
+    run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
+    run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
+
+    for sub in (suite, run):
+        sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
+        sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    return parser
+
+
+def _scenario(
+    args: argparse.Namespace, concurrency: int, name: str, base_url: str, api_key: str, model: str
+) -> Scenario:
+    return Scenario(
+        name,
+        base_url,
+        api_key,
+        model,
+        args.stream,
+        concurrency,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        max_tokens=args.max_tokens,
+        timeout_s=args.timeout,
+    )
+
+
+async def _run_target(args: argparse.Namespace) -> list[Row]:
+    progress = not args.no_progress
+    rows: list[Row] = []
+    for c in args.concurrency:
+        direct = None
+        if args.direct_url:
+            key = args.direct_api_key or args.api_key
+            model = args.direct_model or args.model
+            direct_sc = _scenario(args, c, "direct", args.direct_url, key, model)
+            direct, _ = await measure(direct_sc, progress=progress)
+            rows.append(Row.from_result(direct))
+        target_sc = _scenario(args, c, "target", args.base_url, args.api_key, args.model)
+        target, _ = await measure(target_sc, progress=progress)
+        rows.append(Row.from_result(target, direct=direct))
+    return rows
+
+
+def _write_outputs(out: Path, rows: list[Row]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "bench.csv", rows)
+    written = [out / "bench.csv"]
+    try:
+        written += write_plots(out, rows)
+    except ImportError:
+        print(
+            "bench: matplotlib is not installed (pip install '.[bench]'): no plots", file=sys.stderr
+        )
+    for path in written:
+        print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        for url in filter(None, (args.base_url, args.direct_url)):
+            try:
+                Endpoint.from_base_url(url)
+            except ValueError as exc:
+                parser.error(str(exc))
+    raise_fd_limit()
+    try:
+        if args.command == "suite":
+            options = SuiteOptions(
+                concurrency=args.concurrency,
+                duration_s=args.duration,
+                slow_streams=max(args.slow_streams, 0),
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+            )
+            rows = trio.run(run_suite, options)
+        else:
+            rows = trio.run(_run_target, args)
+    except SuiteError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # every child process has been stopped by then
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    print(terminal_table(rows), end="")
+    if args.out is not None:
+        _write_outputs(args.out, rows)
+    return 1 if any(row.errors for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""The standard bench suite: simulated upstream, gateway and load driver as separate processes.
+
+The gateway is pinned to one CPU, the upstream and this process (the load driver) to another,
+so the gateway's numbers are not flattered or hurt by the load it is given. Every child is
+stopped (SIGTERM, then SIGKILL after 10 s) however the suite ends, and every step is bounded in
+time. Everything listens on 127.0.0.1. This module orchestrates; load.py measures, report.py
+renders.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import resource
+import secrets
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import BinaryIO
+
+import httpx
+import trio
+
+from bench.load import LoadResult, Scenario, run_load
+from bench.report import SLOW_STREAMS, Progress, Row
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "sim-small"
+_READY = re.compile(r"listening on (https?://\S+)")
+_START_TIMEOUT_S = 60.0
+_STOP_GRACE_S = 10.0
+
+
+class SuiteError(Exception):
+    """A piece of the suite failed to start or to answer (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    concurrency: tuple[int, ...] = (1, 8, 64)
+    duration_s: float = 10.0
+    slow_streams: int = 1000
+    modes: tuple[str, ...] = ("json", "sse")
+    warmup_s: float = 0.5
+    slow_chunk_interval_ms: float = 1000.0
+    completion_tokens: int = 20
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    gateway: int
+    load: int  # the upstream and the load driver
+
+    @classmethod
+    def choose(cls) -> CpuPlan | None:
+        """Two distinct CPUs of this process's affinity set, or None (with a warning)."""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            warnings.warn(
+                "fewer than 2 CPUs available: processes are not pinned", RuntimeWarning, 2
+            )
+            return None
+        return cls(gateway=cpus[0], load=cpus[1])
+
+
+def raise_fd_limit() -> None:
+    """Thousands of streams need thousands of descriptors: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def proc_status_kb(pid: int, field: str) -> int | None:
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), or None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class RssSampler:
+    """Peak VmRSS of one process, sampled while `run` runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_kb = 0
+
+    def sample(self) -> None:
+        kb = proc_status_kb(self.pid, "VmRSS")
+        if kb is not None and kb > self.peak_kb:
+            self.peak_kb = kb
+
+    async def run(self, interval_s: float = 0.1) -> None:
+        """Sample until cancelled."""
+        while True:
+            self.sample()
+            await trio.sleep(interval_s)
+
+
+@dataclass
+class Child:
+    name: str
+    process: trio.Process
+    url: str
+    log: Path
+
+
+def _preexec(cpu: int | None) -> Callable[[], None]:
+    def setup() -> None:
+        raise_fd_limit()
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+
+    return setup
+
+
+async def _wait_ready(name: str, process: trio.Process, log: Path) -> str:
+    """The URL from the child's `... listening on URL` line; polls its log file."""
+    with trio.move_on_after(_START_TIMEOUT_S):
+        while True:
+            text = await trio.Path(log).read_text(errors="replace")
+            match = _READY.search(text)
+            if match:
+                return match.group(1)
+            if process.returncode is not None:
+                raise SuiteError(f"{name} exited with {process.returncode}:\n{text[-2000:]}")
+            await trio.sleep(0.05)
+    raise SuiteError(f"{name} did not report ready within {_START_TIMEOUT_S:.0f} s (see {log})")
+
+
+async def _stop(process: trio.Process) -> None:
+    """SIGTERM, then SIGKILL after the grace period; always waits for the exit."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(_STOP_GRACE_S):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+def _open_log(path: Path) -> BinaryIO:
+    return open(path, "wb")
+
+
+def _make_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@asynccontextmanager
+async def child(
+    name: str, argv: list[str], *, log: Path, cpu: int | None, env: dict[str, str] | None = None
+) -> AsyncIterator[Child]:
+    """Start `argv` (output to `log`), wait for its ready line, stop it on exit."""
+    out = _open_log(log)
+    try:
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+            env=env,
+            preexec_fn=_preexec(cpu),
+        )
+    finally:
+        out.close()  # the child holds its own copy
+    try:
+        url = await _wait_ready(name, process, log)
+        yield Child(name, process, url, log)
+    finally:
+        await _stop(process)
+
+
+def gateway_config(upstream_base: str, *, max_connections: int, keepalive: int) -> str:
+    return f"""\
+[server]
+access_log = false
+graceful_timeout_s = 5
+
+[[providers]]
+name = "sim"
+kind = "openai"
+base_url = "{upstream_base}"
+api_key = "sim-upstream-key"
+max_connections = {max_connections}
+max_keepalive_connections = {keepalive}
+
+[[models]]
+id = "{MODEL}"
+provider = "sim"
+upstream = "{MODEL}"
+input_usd_per_mtok = 0.1
+output_usd_per_mtok = 0.2
+"""
+
+
+@dataclass
+class Stack:
+    upstream: Child
+    gateway: Child
+    upstream_base: str
+    gateway_key: str
+
+
+async def _create_key(base: str, management_key: str) -> str:
+    """A secret key for the load (and best-effort credits for its org)."""
+    headers = {"Authorization": f"Bearer {management_key}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=10.0) as client:
+        response = await client.post("/v1/keys", json={"name": "bench"})
+        if response.status_code >= 400:
+            raise SuiteError(f"POST /v1/keys: {response.status_code} {response.text[:300]}")
+        key = response.json()["key"]
+        # Requests are priced; a fresh org may have no credit. Not fatal if top-up is refused.
+        await client.post(
+            "/v1/credits/topup", json={"amount_usd": 1000.0, "payment_method_id": "pm_card_visa"}
+        )
+    return str(key)
+
+
+@asynccontextmanager
+async def stack(
+    workdir: Path,
+    cpus: CpuPlan | None,
+    *,
+    chunk_interval_ms: float | None,
+    completion_tokens: int,
+    max_connections: int,
+    keepalive: int,
+) -> AsyncIterator[Stack]:
+    """Upstream + gateway in `workdir`, ready, with a load key; both stopped on exit."""
+    _make_dir(workdir)
+    upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
+    upstream_argv += ["--completion-tokens", str(completion_tokens)]
+    if chunk_interval_ms is not None:
+        upstream_argv += ["--chunk-interval-ms", str(chunk_interval_ms)]
+    load_cpu = cpus.load if cpus else None
+    gateway_cpu = cpus.gateway if cpus else None
+    async with child(
+        "upstream", upstream_argv, log=workdir / "upstream.log", cpu=load_cpu
+    ) as upstream:
+        upstream_base = upstream.url.rstrip("/")
+        if not upstream_base.endswith("/v1"):
+            upstream_base += "/v1"
+        config = _write(
+            workdir / "gateway.toml",
+            gateway_config(upstream_base, max_connections=max_connections, keepalive=keepalive),
+        )
+        alphabet = string.ascii_letters + string.digits
+        management_key = "service_mgmt_bench-" + "".join(
+            secrets.choice(alphabet) for _ in range(24)
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        env.update(
+            GATEWAY_DATA_DIR=str(workdir),
+            GATEWAY_DATABASE_URL=f"sqlite:///{workdir}/gw.db",
+            GATEWAY_PORT=str(free_port()),
+            GATEWAY_BOOTSTRAP_MANAGEMENT_KEY=management_key,
+            GATEWAY_LOG_LEVEL="WARNING",
+        )
+        gateway_argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+        async with child(
+            "gateway", gateway_argv, log=workdir / "gateway.log", cpu=gateway_cpu, env=env
+        ) as gateway:
+            with trio.fail_after(30):
+                key = await _create_key(gateway.url.rstrip("/"), management_key)
+            yield Stack(upstream, gateway, upstream_base, key)
+
+
+async def measure(
+    scenario: Scenario, *, rss_pid: int | None = None, progress: bool = True
+) -> tuple[LoadResult, float | None]:
+    """Run one scenario (with a progress line); returns it and the peak VmRSS (MB) of
+    `rss_pid` sampled during the run."""
+    bar = Progress(
+        f"{scenario.name:<8} {'sse' if scenario.stream else 'json':<4} c={scenario.concurrency:<5}",
+        total=scenario.requests,
+        duration_s=(scenario.duration_s or 0) + scenario.warmup_s,
+        stream=None if progress else io.StringIO(),  # not a terminal: silent
+    )
+    sampler = RssSampler(rss_pid) if rss_pid is not None else None
+    try:
+        async with trio.open_nursery() as nursery:
+            if sampler is not None:
+                nursery.start_soon(sampler.run)
+            result = await run_load(scenario, on_progress=bar.update)
+            nursery.cancel_scope.cancel()
+    finally:
+        bar.close()
+    if sampler is None:
+        return result, None
+    sampler.sample()
+    return result, sampler.peak_kb / 1024
+
+
+async def run_suite(options: SuiteOptions) -> list[Row]:
+    """The whole suite; returns the report rows. Bounded: every load run has a duration or a
+    request count and a per-request timeout; starting and stopping processes have time limits."""
+    raise_fd_limit()
+    cpus = CpuPlan.choose()
+    own_affinity = os.sched_getaffinity(0)
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus.load})
+    rows: list[Row] = []
+    top = max(options.concurrency, default=1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+            async with stack(
+                Path(tmp) / "matrix",
+                cpus,
+                chunk_interval_ms=None,
+                completion_tokens=options.completion_tokens,
+                max_connections=top + 64,
+                keepalive=top + 64,
+            ) as s:
+                for mode in options.modes:
+                    for concurrency in options.concurrency:
+                        rows += await _pair(s, options, mode == "sse", concurrency)
+            if options.slow_streams > 0:
+                rows.append(await _slow_streams(Path(tmp) / "slow", cpus, options))
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+    return rows
+
+
+async def _pair(s: Stack, options: SuiteOptions, stream: bool, concurrency: int) -> list[Row]:
+    """Direct to the upstream, then through the gateway, at one mode and concurrency."""
+    direct_sc = Scenario(
+        "direct",
+        s.upstream_base,
+        "sim-upstream-key",
+        MODEL,
+        stream,
+        concurrency,
+        duration_s=options.duration_s,
+        warmup_s=options.warmup_s,
+        max_tokens=options.completion_tokens,
+    )
+    gateway_sc = replace(
+        direct_sc,
+        name="gateway",
+        base_url=s.gateway.url.rstrip("/") + "/v1",
+        api_key=s.gateway_key,
+    )
+    direct, _ = await measure(direct_sc, progress=options.progress)
+    gateway, peak = await measure(
+        gateway_sc, rss_pid=s.gateway.process.pid, progress=options.progress
+    )
+    return [
+        Row.from_result(direct),
+        Row.from_result(gateway, direct=direct, gateway_peak_rss_mb=peak),
+    ]
+
+
+async def _slow_streams(workdir: Path, cpus: CpuPlan | None, options: SuiteOptions) -> Row:
+    """N concurrent slow SSE streams through a fresh gateway; peak RSS is its VmHWM."""
+    n = options.slow_streams
+    stream_s = options.completion_tokens * options.slow_chunk_interval_ms / 1000
+    async with stack(
+        workdir,
+        cpus,
+        chunk_interval_ms=options.slow_chunk_interval_ms,
+        completion_tokens=options.completion_tokens,
+        max_connections=n + 64,
+        keepalive=n + 64,
+    ) as s:
+        scenario = Scenario(
+            SLOW_STREAMS,
+            s.gateway.url.rstrip("/") + "/v1",
+            s.gateway_key,
+            MODEL,
+            stream=True,
+            concurrency=n,
+            requests=n,
+            warmup_s=0.0,
+            max_tokens=options.completion_tokens,
+            ramp_s=min(n / 500, 5.0),  # spare the listen backlog a thousand SYNs at once
+            timeout_s=stream_s + 30.0,
+        )
+        pid = s.gateway.process.pid
+        result, sampled = await measure(scenario, rss_pid=pid, progress=options.progress)
+        hwm_kb = proc_status_kb(pid, "VmHWM")
+        peak = max(sampled or 0.0, (hwm_kb or 0) / 1024) or None
+    return Row.from_result(result, gateway_peak_rss_mb=peak)

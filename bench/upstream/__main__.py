@@ -1,0 +1,3 @@
+from bench.upstream.cli import main
+
+raise SystemExit(main())

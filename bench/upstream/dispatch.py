@@ -1,0 +1,50 @@
+"""Which route answers a request, and the failures that pre-empt every route.
+
+`/v1/messages` speaks Anthropic, every other path OpenAI; `fail_status` and the 404/405 answers are
+shaped for the provider the path belongs to. Pure: no I/O, no waiting (hang and latency are the
+server's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench.upstream import anthropic_routes, openai_routes
+from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
+from bench.upstream.replies import JsonReply, Reply
+
+Route = Callable[[RecordedRequest, UpstreamBehavior], Reply]
+
+ANTHROPIC_PATHS = frozenset({"/v1/messages"})
+
+ROUTES: dict[str, dict[str, Route]] = {
+    "/v1/chat/completions": {"POST": openai_routes.chat_completions},
+    "/v1/embeddings": {"POST": openai_routes.embeddings},
+    "/v1/models": {"GET": openai_routes.models},
+    "/v1/messages": {"POST": anthropic_routes.messages},
+}
+
+
+def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    path = request.path.partition("?")[0]
+    anthropic = path in ANTHROPIC_PATHS
+    if behavior.fail_status is not None:
+        if anthropic:
+            return anthropic_routes.fail_reply(behavior.fail_status, behavior.retry_after)
+        return openai_routes.fail_reply(behavior.fail_status, behavior.retry_after)
+    methods = ROUTES.get(path)
+    if methods is None:
+        return openai_routes.error_reply(404, f"Invalid URL ({request.method} {path})")
+    handler = methods.get(request.method)
+    if handler is None:
+        allow = [("allow", ", ".join(methods))]
+        message = f"method {request.method} not allowed on {path}"
+        if anthropic:
+            return anthropic_routes.error_reply(405, message, headers=allow)
+        return openai_routes.error_reply(405, message, headers=allow)
+    return handler(request, behavior)
+
+
+def protocol_error(status: int, message: str) -> JsonReply:
+    """The answer to a request we could not parse (its path, hence provider, is unknown)."""
+    return openai_routes.error_reply(status, message)

@@ -1,0 +1,236 @@
+"""The OpenAI wire format: chat completions (JSON and SSE), embeddings, models, error bodies.
+
+Each route is a pure function from the recorded request and the behavior snapshot to a Reply;
+nothing here waits or writes (the server paces streams). Requests need `Authorization: Bearer
+<anything>`. Stream chunks carry `"usage": null` only when `stream_options.include_usage` is true,
+as OpenAI does; the usage chunk (empty `choices`) then precedes `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
+from bench.upstream.completion import (
+    PER_MESSAGE_TOKENS,
+    TOOL_ARGUMENT_FRAGMENTS,
+    TOOL_ARGUMENTS,
+    TOOL_NAME,
+    Completion,
+    answer_id,
+    count_words,
+    plan_completion,
+)
+from bench.upstream.replies import JsonReply, Reply, SseFrame, StreamReply
+
+EMBEDDING_DIMENSIONS = 8
+MODELS = ("sim-small", "sim-large")
+
+
+class _Part(msgspec.Struct):
+    type: str = "text"
+    text: str = ""
+
+
+class _Message(msgspec.Struct):
+    role: str = "user"
+    content: str | list[_Part] | None = None
+
+
+class _StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class _ChatRequest(msgspec.Struct):
+    model: str
+    messages: list[_Message]
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+
+
+class _EmbeddingsRequest(msgspec.Struct):
+    model: str
+    input: str | list[str]
+
+
+_chat_decoder = msgspec.json.Decoder(_ChatRequest)
+_embeddings_decoder = msgspec.json.Decoder(_EmbeddingsRequest)
+_encode = msgspec.json.encode
+
+_ERROR_TYPES = {401: "invalid_request_error", 403: "permission_error", 429: "requests"}
+_ERROR_CODES = {401: "invalid_api_key", 404: "not_found", 429: "rate_limit_exceeded"}
+
+
+def error_reply(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+) -> JsonReply:
+    """`{"error": {message, type, param, code}}`, typed by status as OpenAI does."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    error = {"message": message, "type": kind, "param": param, "code": _ERROR_CODES.get(status)}
+    return JsonReply(status, _encode({"error": error}), headers)
+
+
+def fail_reply(status: int, retry_after: str | None) -> JsonReply:
+    headers = [("retry-after", retry_after)] if retry_after is not None else []
+    return error_reply(status, f"simulated upstream failure ({status})", headers=headers)
+
+
+def _authorized(request: RecordedRequest) -> bool:
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and bool(credential.strip())
+
+
+def _unauthorized() -> JsonReply:
+    return error_reply(401, "missing or malformed Authorization: Bearer header")
+
+
+def _text(content: str | list[_Part] | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return " ".join(part.text for part in content)
+
+
+def chat_completions(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    if not _authorized(request):
+        return _unauthorized()
+    try:
+        chat = _chat_decoder.decode(request.body)
+    except msgspec.DecodeError as exc:
+        return error_reply(400, str(exc))
+    limit = (
+        chat.max_completion_tokens if chat.max_completion_tokens is not None else chat.max_tokens
+    )
+    if limit is not None and limit < 1:
+        return error_reply(400, "max_tokens must be at least 1", param="max_tokens")
+    prompt = count_words(_text(m.content) for m in chat.messages)
+    prompt += PER_MESSAGE_TOKENS * len(chat.messages)
+    plan = plan_completion(behavior, limit)
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": plan.completion_tokens,
+        "total_tokens": prompt + plan.completion_tokens,
+    }
+    if chat.stream:
+        include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+        return _chat_stream(chat.model, plan, usage if include_usage else None)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": None if plan.tool_call else plan.text,
+    }
+    if plan.reasoning:
+        message["reasoning"] = plan.reasoning_text
+    if plan.tool_call:
+        function = {"name": TOOL_NAME, "arguments": TOOL_ARGUMENTS}
+        message["tool_calls"] = [
+            {"id": answer_id("call_"), "type": "function", "function": function}
+        ]
+    body = {
+        "id": answer_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": chat.model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": plan.finish}
+        ],
+        "usage": usage,
+    }
+    return JsonReply(200, _encode(body))
+
+
+def _chat_stream(model: str, plan: Completion, usage: dict[str, int] | None) -> StreamReply:
+    # Chunks are spliced from bytes around a per-request prefix: this runs 700+ times a second.
+    prefix = b'data: {"id":"%b","object":"chat.completion.chunk","created":%d,"model":%b' % (
+        answer_id("chatcmpl-").encode(),
+        int(time.time()),
+        _encode(model),
+    )
+    open_choice = prefix + b',"choices":[{"index":0,"delta":'
+    close_choice = b',"finish_reason":null}]' + (b',"usage":null}\n\n' if usage else b"}\n\n")
+
+    def delta(fields: bytes, counted: bool = False) -> SseFrame:
+        return (open_choice + fields + close_choice, counted)
+
+    frames = [delta(b'{"role":"assistant","content":""}')]
+    frames += [delta(b'{"reasoning":%b}' % _encode(f), True) for f in plan.reasoning]
+    frames += [delta(b'{"content":%b}' % _encode(f), True) for f in plan.fragments]
+    if plan.tool_call:
+        call = {
+            "index": 0,
+            "id": answer_id("call_"),
+            "type": "function",
+            "function": {"name": TOOL_NAME, "arguments": ""},
+        }
+        frames.append(delta(b'{"tool_calls":[%b]}' % _encode(call)))
+        frames += [
+            delta(b'{"tool_calls":[{"index":0,"function":{"arguments":%b}}]}' % _encode(f), True)
+            for f in TOOL_ARGUMENT_FRAGMENTS
+        ]
+    finish = b',"choices":[{"index":0,"delta":{},"finish_reason":"%b"}]' % plan.finish.encode()
+    frames.append((prefix + finish + (b',"usage":null}\n\n' if usage else b"}\n\n"), False))
+    if usage:
+        frames.append((prefix + b',"choices":[],"usage":%b}\n\n' % _encode(usage), False))
+    frames.append((b"data: [DONE]\n\n", False))
+    return StreamReply(frames)
+
+
+def embeddings(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    if not _authorized(request):
+        return _unauthorized()
+    try:
+        asked = _embeddings_decoder.decode(request.body)
+    except msgspec.DecodeError as exc:
+        return error_reply(400, str(exc))
+    inputs = [asked.input] if isinstance(asked.input, str) else asked.input
+    data = [
+        {"object": "embedding", "index": i, "embedding": _vector(text)}
+        for i, text in enumerate(inputs)
+    ]
+    tokens = count_words(inputs)
+    body = {
+        "object": "list",
+        "data": data,
+        "model": asked.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return JsonReply(200, _encode(body))
+
+
+@lru_cache(maxsize=4096)
+def _vector(text: str) -> tuple[float, ...]:
+    """EMBEDDING_DIMENSIONS floats in [-1, 1], a pure function of the text."""
+    digest = hashlib.blake2b(text.encode(), digest_size=2 * EMBEDDING_DIMENSIONS).digest()
+    return tuple(
+        round(int.from_bytes(digest[i : i + 2], "big") / 32767.5 - 1.0, 6)
+        for i in range(0, len(digest), 2)
+    )
+
+
+_MODELS_BODY = _encode(
+    {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "simulator"}
+            for name in MODELS
+        ],
+    }
+)
+
+
+def models(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    if not _authorized(request):
+        return _unauthorized()
+    return JsonReply(200, _MODELS_BODY)

@@ -1,0 +1,89 @@
+"""One hot-path request: its ASGI channels, caller, rate-limit headers and response state,
+and the steps every inference route shares (authenticate, admit, answer)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from actors.ratelimit import RateLimiter, RateLimiterUnavailable
+from gateway.asgi import Headers, header, send_json
+from gateway.auth import Authenticator
+from gateway.middleware import Receive, Scope, Send
+from gateway.model_registry import ResolvedModel
+from gateway.principal import Principal
+from gateway.request_context import RequestContext
+from protocol.errors import APIError, forbidden
+from protocol.ratelimit_headers import decision_headers
+from protocol.usage import Usage
+
+log = logging.getLogger("gateway.ratelimit")
+_last_warning = [0.0]
+
+
+def limiter_unavailable(exc: Exception) -> None:
+    """Log the outage at most every 10 s (it may hit every request)."""
+    now = time.monotonic()
+    if now - _last_warning[0] >= 10:
+        _last_warning[0] = now
+        log.warning("rate limiter unavailable, admitting without a limit: %s", exc)
+
+
+@dataclass
+class Call:
+    scope: Scope
+    receive: Receive
+    send: Send
+    ctx: RequestContext
+    principal: Principal | None = None
+    headers: Headers = field(default_factory=list)  # added to every response (rate limits)
+    started: bool = False  # the response has begun: errors can no longer be a JSON answer
+
+    async def authenticate(self, auth: Authenticator, scope_name: str) -> Principal:
+        principal = await auth.authenticate(header(self.scope, b"authorization"))
+        self.ctx.org_id = principal.org_id
+        self.ctx.key_id = principal.key_id
+        principal.require_scope(scope_name)
+        self.principal = principal
+        return principal
+
+    def check_model_allowed(self, model: ResolvedModel) -> None:
+        key = self.principal.key if self.principal else None
+        if key is None or key.allowed_models is None:
+            return
+        if not set(model.names()) & set(key.allowed_models):
+            raise forbidden(
+                f"This key may not use the model {model.id!r}.", code="model_not_allowed"
+            )
+
+    async def admit(self, limiter: RateLimiter) -> None:
+        """Apply the key's `rate_limit_rpm`; APIError 429 with Retry-After when over it."""
+        key = self.principal.key if self.principal else None
+        if key is None or key.rate_limit_rpm is None:
+            return
+        try:
+            decision = await limiter.admit(key.id, key.rate_limit_rpm)
+        except RateLimiterUnavailable as exc:
+            # Fail open: an outage of the shared limiter store must not stop all traffic.
+            # Budgets (money) do not depend on this path. See docs/decisions.md.
+            limiter_unavailable(exc)
+            return
+        self.headers = [(k.encode(), v.encode()) for k, v in decision_headers(decision)]
+        if not decision.allowed:
+            raise APIError(
+                429,
+                f"Rate limit of {key.rate_limit_rpm} requests per minute reached for this key.",
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+            )
+
+    def record_usage(self, usage: Usage | None, cost_usd: float | None) -> None:
+        if usage is not None:
+            self.ctx.prompt_tokens = usage.prompt_tokens
+            self.ctx.completion_tokens = usage.completion_tokens
+        self.ctx.cost_usd = cost_usd
+
+    async def answer_json(self, body: bytes, status: int = 200) -> None:
+        self.started = True
+        await send_json(self.send, status, body, self.headers)

@@ -1,0 +1,146 @@
+"""POST /v1/chat/completions: plain JSON and SSE streams, to OpenAI-compatible and Anthropic
+upstreams. The client's body is forwarded as bytes, only `model` (and, for streams,
+`stream_options.include_usage`, so usage is always known) rewritten; Anthropic bodies are
+translated both ways."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import trio
+
+from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
+from actors.upstream import UpstreamClient, UpstreamError
+from gateway.asgi import read_body
+from gateway.config import ModelConfig
+from gateway.inference.call import Call
+from gateway.inference.deps import InferenceDeps
+from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
+from gateway.inference.upstream_errors import to_api_error
+from gateway.model_registry import ResolvedModel, capability_missing, require_price
+from protocol import anthropic
+from protocol.openai_chat import (
+    ChatRequest,
+    ChunkRelay,
+    parse_chat_request,
+    rewrite_model_in_object,
+    rewrite_request,
+)
+from protocol.pricing import estimate_tokens, token_cost_usd
+from protocol.scopes import CHAT_COMPLETIONS
+from protocol.usage import Usage
+
+
+def cost_usd(price: ModelConfig, usage: Usage) -> float:
+    assert price.input_usd_per_mtok is not None
+    exact: Decimal = token_cost_usd(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        price.input_usd_per_mtok,
+        price.output_usd_per_mtok,
+    )
+    return float(exact)
+
+
+class ChatCompletions:
+    def __init__(self, deps: InferenceDeps) -> None:
+        self._deps = deps
+
+    async def __call__(self, call: Call) -> None:
+        deps = self._deps
+        await call.authenticate(deps.auth, CHAT_COMPLETIONS)
+        body = await read_body(call.receive, deps.max_body_bytes)
+        request = parse_chat_request(body)
+        model = deps.registry.resolve(request.model)
+        call.ctx.model = model.id
+        call.check_model_allowed(model)
+        supports = model.provider.supports
+        if supports is not None and "chat" not in supports:
+            raise capability_missing(model, "chat completions")
+        price = require_price(model, output=True)
+        await call.admit(deps.limiter)
+        client = deps.upstreams.get(model.provider.name)
+        if model.provider.kind == "anthropic":
+            path = "messages"
+            upstream_body = anthropic.to_messages_request(
+                body, upstream_model=model.upstream, stream=request.stream
+            )
+        else:
+            path = "chat/completions"
+            upstream_body = rewrite_request(
+                body, model=model.upstream, force_include_usage=request.stream
+            )
+        if request.stream:
+            await self._stream(call, client, path, upstream_body, request, model, price, len(body))
+        else:
+            await self._json(call, client, path, upstream_body, model, price)
+
+    async def _json(
+        self,
+        call: Call,
+        client: UpstreamClient,
+        path: str,
+        upstream_body: bytes,
+        model: ResolvedModel,
+        price: ModelConfig,
+    ) -> None:
+        try:
+            content, _ = await client.post_json(path, upstream_body)
+        except UpstreamError as exc:
+            raise to_api_error(exc) from None
+        if model.provider.kind == "anthropic":
+            out, usage = anthropic.from_messages_response(content, model=model.id)
+        else:
+            out, maybe_usage = rewrite_model_in_object(content, model.id)
+            usage = maybe_usage or Usage()
+        call.record_usage(usage, cost_usd(price, usage))
+        await call.answer_json(out)
+
+    async def _stream(
+        self,
+        call: Call,
+        client: UpstreamClient,
+        path: str,
+        upstream_body: bytes,
+        request: ChatRequest,
+        model: ResolvedModel,
+        price: ModelConfig,
+        body_size: int,
+    ) -> None:
+        deps = self._deps
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        frames: FrameSource
+        if model.provider.kind == "anthropic":
+            frames = anthropic.StreamTranslator(model=model.id, include_usage=include_usage)
+        else:
+            frames = OpenAIFrames(ChunkRelay(model=model.id, include_usage=include_usage))
+        pump = Pump(call.send, deps.sse_keepalive_s)
+        failure: UpstreamError | None = None
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(cancel_on_disconnect, call.receive, outer.cancel_scope)
+                try:
+                    async with client.stream(path, upstream_body) as response:
+                        send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+                        async with trio.open_nursery() as inner:
+                            inner.start_soon(
+                                deps.relays.relay, client.name, response, frames, send_ch
+                            )
+                            call.started = True
+                            await start_sse(call.scope, call.send, call.headers)
+                            await pump.run(recv_ch)
+                except UpstreamError as exc:  # before any byte was sent: a JSON error
+                    failure = exc
+                outer.cancel_scope.cancel()
+            if failure is not None:
+                raise to_api_error(failure) from None
+        finally:
+            # What was relayed is accounted, reported usage when the upstream sent it,
+            # otherwise an estimate (the client left, or the stream broke).
+            usage = frames.usage or Usage(
+                prompt_tokens=estimate_tokens(body_size),
+                completion_tokens=max(0, pump.frames_sent - 1),  # less the role chunk
+            )
+            usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+            if call.started:
+                call.record_usage(usage, cost_usd(price, usage))

@@ -1,0 +1,22 @@
+"""What the hot-path routes are given: the runtime's parts they use, nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.ratelimit import RateLimiter
+from actors.relay import StreamRelays
+from actors.upstream import Upstreams
+from gateway.auth import Authenticator
+from gateway.model_registry import ModelRegistry
+
+
+@dataclass(frozen=True)
+class InferenceDeps:
+    auth: Authenticator
+    registry: ModelRegistry
+    upstreams: Upstreams
+    relays: StreamRelays
+    limiter: RateLimiter
+    max_body_bytes: int
+    sse_keepalive_s: float

@@ -1,0 +1,58 @@
+"""POST /v1/embeddings, to OpenAI-compatible upstreams (body forwarded, `model` rewritten)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.upstream import UpstreamError
+from gateway.asgi import read_body
+from gateway.inference.call import Call
+from gateway.inference.chat import cost_usd
+from gateway.inference.deps import InferenceDeps
+from gateway.inference.upstream_errors import to_api_error
+from gateway.model_registry import capability_missing, require_price
+from protocol.decoding import decode_json
+from protocol.errors import invalid_request
+from protocol.openai_chat import rewrite_model_in_object, rewrite_request
+from protocol.scopes import EMBEDDINGS
+from protocol.usage import Usage
+
+
+class EmbeddingsRequest(msgspec.Struct):
+    model: str
+    input: Any = msgspec.UNSET  # a string, strings, or token arrays: checked for presence only
+
+
+class Embeddings:
+    def __init__(self, deps: InferenceDeps) -> None:
+        self._deps = deps
+
+    async def __call__(self, call: Call) -> None:
+        deps = self._deps
+        await call.authenticate(deps.auth, EMBEDDINGS)
+        body = await read_body(call.receive, deps.max_body_bytes)
+        request = decode_json(body, EmbeddingsRequest)
+        if request.input is msgspec.UNSET or request.input in ("", []):
+            raise invalid_request("`input` must be a non-empty string or array.", param="input")
+        model = deps.registry.resolve(request.model)
+        call.ctx.model = model.id
+        call.check_model_allowed(model)
+        supports = model.provider.supports
+        if model.provider.kind == "anthropic" or (
+            supports is not None and "embeddings" not in supports
+        ):
+            raise capability_missing(model, "embeddings")
+        price = require_price(model, output=False)
+        await call.admit(deps.limiter)
+        client = deps.upstreams.get(model.provider.name)
+        upstream_body = rewrite_request(body, model=model.upstream, force_include_usage=False)
+        try:
+            content, _ = await client.post_json("embeddings", upstream_body)
+        except UpstreamError as exc:
+            raise to_api_error(exc) from None
+        out, usage = rewrite_model_in_object(content, model.id)
+        usage = usage or Usage()
+        call.record_usage(usage, cost_usd(price, usage))
+        await call.answer_json(out)

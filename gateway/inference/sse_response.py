@@ -1,0 +1,66 @@
+"""Sending an SSE response over bare ASGI: headers, frames (coalesced when several are ready),
+`: keepalive` after upstream silence, and noticing the client leave."""
+
+from __future__ import annotations
+
+import trio
+
+from gateway.asgi import Headers
+from gateway.middleware import Receive, Scope, Send
+from protocol.sse import KEEPALIVE
+
+_SSE_HEADERS: Headers = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # proxies such as nginx must not buffer the stream
+]
+
+
+async def start_sse(scope: Scope, send: Send, extra: Headers) -> None:
+    headers = [*_SSE_HEADERS, *extra]
+    if scope.get("http_version", "1.1").startswith("1"):
+        headers.append((b"connection", b"keep-alive"))  # connection headers are illegal in h2
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+
+class Pump:
+    """Moves frames from the relay's channel to the client. `frames_sent` stays readable after
+    a cancellation (the client left), so what was relayed can be accounted."""
+
+    def __init__(self, send: Send, keepalive_s: float) -> None:
+        self._send = send
+        self._keepalive_s = keepalive_s
+        self.frames_sent = 0
+
+    async def run(self, frames: trio.MemoryReceiveChannel[bytes]) -> None:
+        """Send every frame until the channel closes, then end the body. Cancellation stops
+        at once; nothing more is sent."""
+        send = self._send
+        async with frames:
+            while True:
+                with trio.move_on_after(self._keepalive_s) as silence:
+                    try:
+                        batch = [await frames.receive()]
+                    except trio.EndOfChannel:
+                        break
+                if silence.cancelled_caught:
+                    await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+                    continue
+                while len(batch) < 64:  # whatever else is ready goes in the same write
+                    try:
+                        batch.append(frames.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                body = batch[0] if len(batch) == 1 else b"".join(batch)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                self.frames_sent += len(batch)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    """Wait for the client to go away (the request body was already read), then cancel."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return

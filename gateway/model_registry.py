@@ -1,0 +1,101 @@
+"""Which provider serves a `model` the client names, and at what price.
+
+Clients name a model by an alias from `[[models]]` (`gpt-4o-mini`) or as
+`<provider>/<upstream model>` (`openai/gpt-4o-mini`). Either resolves to one canonical id,
+`<provider>/<upstream model>`, which is what responses and chunks report as `model`.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gateway.config import ModelConfig, ProviderConfig
+from protocol.errors import APIError, invalid_request
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    id: str  # canonical: "<provider>/<upstream>"
+    provider: ProviderConfig
+    upstream: str
+    price: ModelConfig | None  # None: no price known
+    aliases: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Every identifier that names this model (for `allowed_models`)."""
+        return (self.id, *self.aliases)
+
+
+def model_not_found(name: str) -> APIError:
+    return APIError(
+        404,
+        f"The model {name!r} does not exist or is not served by this gateway.",
+        type="not_found_error",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def capability_missing(model: ResolvedModel, capability: str) -> APIError:
+    return invalid_request(
+        f"The model {model.id!r} does not support {capability}.",
+        param="model",
+        code="unsupported_model",
+    )
+
+
+class ModelRegistry:
+    def __init__(self, providers: Iterable[ProviderConfig], models: Iterable[ModelConfig]) -> None:
+        self._providers = {p.name: p for p in providers}
+        self._by_alias: dict[str, ResolvedModel] = {}
+        self._by_canonical: dict[str, ResolvedModel] = {}
+        aliases: dict[str, list[str]] = {}
+        for m in models:
+            aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
+        for m in models:
+            canonical = f"{m.provider}/{m.upstream}"
+            resolved = ResolvedModel(
+                canonical, self._providers[m.provider], m.upstream, m, tuple(aliases[canonical])
+            )
+            self._by_alias[m.id] = resolved
+            self._by_canonical.setdefault(canonical, resolved)
+
+    @property
+    def providers(self) -> list[ProviderConfig]:
+        return list(self._providers.values())
+
+    def resolve(self, name: str) -> ResolvedModel:
+        """The model `name` designates; APIError 404 `model_not_found` if none."""
+        found = self._by_alias.get(name) or self._by_canonical.get(name)
+        if found is not None:
+            return found
+        provider_name, sep, upstream = name.partition("/")
+        provider = self._providers.get(provider_name)
+        if not sep or not upstream or provider is None:
+            raise model_not_found(name)
+        return ResolvedModel(name, provider, upstream, None)
+
+    def configured(self) -> list[tuple[str, ResolvedModel]]:
+        """The `[[models]]` entries as (alias, model), in configuration order."""
+        return list(self._by_alias.items())
+
+
+def require_price(model: ResolvedModel, *, output: bool) -> ModelConfig:
+    """Requests are billed per token: a model without prices is refused before any upstream
+    call (bring-your-own-key requests, which pay no price, arrive with the billing issue)."""
+    price = model.price
+    if (
+        price is None
+        or price.input_usd_per_mtok is None
+        or (output and price.output_usd_per_mtok is None)
+    ):
+        raise invalid_request(
+            f"No price is configured for the model {model.id!r}; add input_usd_per_mtok"
+            + (" and output_usd_per_mtok" if output else "")
+            + " to its [[models]] entry.",
+            param="model",
+            code="model_price_unknown",
+        )
+    return price

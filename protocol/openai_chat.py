@@ -1,0 +1,255 @@
+"""The OpenAI chat completions wire format, as much of it as the gateway reads or rewrites.
+
+Requests and responses are forwarded as bytes: only the fields the gateway needs are decoded, and a
+rewrite re-joins the top level of the original body around the one changed value (`msgspec.Raw`
+keeps every other value byte-identical). `ChunkRelay` normalizes an upstream stream to the SPEC's
+chunk rules. No I/O here.
+
+Errors: `APIError` (400) for a client's bad body; `UpstreamProtocolError` when an upstream sends
+something that is not the protocol (non-JSON, wrong shape, an error object mid-stream).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import msgspec
+
+from protocol.decoding import decode_json
+from protocol.errors import ErrorBody, ErrorDetail, invalid_request
+from protocol.ids import random_token
+from protocol.sse import DONE, data_event
+from protocol.usage import Usage, usage_from_object
+
+CHUNK_OBJECT = "chat.completion.chunk"
+
+
+class UpstreamProtocolError(Exception):
+    """The upstream broke the protocol or reported an error mid-response; the message says how."""
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class ChatRequest(msgspec.Struct):
+    """The fields of a chat completion request the gateway acts on; the rest passes through."""
+
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream and self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def output_limit(self) -> int | None:
+        """The client's cap on generated tokens (`max_completion_tokens` wins), for reservations."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class _ChatRequestBody(ChatRequest, kw_only=True):
+    # Kept raw: validating its shape is the upstream's job, its presence is ours.
+    messages: msgspec.Raw
+
+
+def parse_chat_request(body: bytes) -> ChatRequest:
+    """Decode and validate; raises a 400 `APIError` naming the offending `param`."""
+    request = decode_json(body, _ChatRequestBody)
+    raw = bytes(request.messages)
+    if raw[:1] != b"[":
+        raise invalid_request("`messages` must be an array.", param="messages")
+    if raw[1:].lstrip()[:1] == b"]":
+        raise invalid_request("`messages` must not be empty.", param="messages")
+    return request
+
+
+def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> bytes:
+    """`body` with the top-level `model` replaced and, if asked and the request streams,
+    `stream_options.include_usage` set (other `stream_options` fields kept)."""
+    fields = decode_json(body, dict[str, msgspec.Raw])
+    fields["model"] = msgspec.Raw(msgspec.json.encode(model))
+    stream = fields.get("stream")
+    if force_include_usage and stream is not None and bytes(stream) == b"true":
+        options_raw = fields.get("stream_options")
+        options: dict[str, Any] = {}
+        if options_raw is not None and bytes(options_raw) != b"null":
+            try:
+                options = msgspec.json.decode(options_raw, type=dict[str, Any])
+            except msgspec.ValidationError:
+                raise invalid_request(
+                    "`stream_options` must be an object.", param="stream_options"
+                ) from None
+        options["include_usage"] = True
+        fields["stream_options"] = msgspec.Raw(msgspec.json.encode(options))
+    return msgspec.json.encode(fields)
+
+
+def rewrite_model_in_object(body: bytes, model: str) -> tuple[bytes, Usage | None]:
+    """A non-streamed upstream response (`chat.completion`, embeddings list) with its `model`
+    replaced, and its `usage`. Raises `UpstreamProtocolError` when it is not a JSON object."""
+    try:
+        fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:  # ValidationError is a subclass
+        raise UpstreamProtocolError("upstream response is not a JSON object") from None
+    fields["model"] = msgspec.Raw(msgspec.json.encode(model))
+    usage = None
+    usage_raw = fields.get("usage")
+    if usage_raw is not None:
+        usage = usage_from_object(msgspec.json.decode(usage_raw))
+    return msgspec.json.encode(fields), usage
+
+
+def error_frame(message: str, *, code: str) -> bytes:
+    """The frame sent (before `DONE`) when a stream breaks after it started."""
+    detail = ErrorDetail(message=message, type="upstream_error", param=None, code=code)
+    return data_event(msgspec.json.encode(ErrorBody(error=detail)))
+
+
+def new_completion_id() -> str:
+    return "chatcmpl-" + random_token(24)
+
+
+_decode_chunk = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+# Finish reasons some OpenAI-compatible servers spell their own way.
+_FINISH_ALIASES = {
+    "eos": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
+
+
+class ChunkRelay:
+    """Normalizes one upstream OpenAI-compatible stream, payload by payload, into SPEC's chunks.
+
+    Every forwarded chunk carries the first upstream `id` (generated if missing), one `created`,
+    `object: chat.completion.chunk` and the gateway's `model`; `delta.role` appears once per choice
+    (added if the upstream omitted it, stripped if repeated); `reasoning_content` becomes
+    `reasoning`; `finish_reason` is always present. Usage is captured from any chunk and never
+    forwarded by `feed`: `finish` emits it, just before `DONE`, when the client asked. A caller
+    may set `usage` (an estimate) before `finish` when the upstream reported none.
+    """
+
+    def __init__(self, *, model: str, include_usage: bool) -> None:
+        self.model = model
+        self.include_usage = include_usage
+        self.usage: Usage | None = None
+        self.finished = False
+        self.saw_done = False
+        self.id: str | None = None
+        self.created = 0
+        self.chunks = 0
+        self._roles: set[int] = set()
+        self._closed = False
+
+    def feed(self, data: str) -> list[bytes]:
+        """One upstream SSE `data` payload in, the frames for the client out."""
+        if data == "[DONE]":
+            self.saw_done = True
+            return []
+        if self.saw_done:
+            return []
+        try:
+            chunk = _decode_chunk(data)
+        except msgspec.DecodeError:
+            raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
+        if type(chunk) is not dict:
+            raise UpstreamProtocolError("upstream sent a stream event that is not an object")
+        usage = chunk.pop("usage", None)  # OpenAI sends `"usage": null` on every chunk
+        if usage is not None:
+            self.usage = usage_from_object(usage) or self.usage
+        choices = chunk.get("choices")
+        if type(choices) is not list or not choices:
+            if choices is not None and choices != []:
+                raise UpstreamProtocolError("upstream chunk `choices` is not an array")
+            error = chunk.get("error")
+            if error is not None:
+                raise UpstreamProtocolError(_error_text(error))
+            return []  # a usage chunk, or an empty one (Azure's prompt_filter_results)
+        if self.id is None:
+            self._start(chunk.get("id"), chunk.get("created"))
+        chunk["id"] = self.id
+        chunk["object"] = CHUNK_OBJECT
+        chunk["created"] = self.created
+        chunk["model"] = self.model
+        for choice in choices:
+            self._normalize_choice(choice)
+        self.chunks += 1
+        return [data_event(_encode(chunk))]
+
+    def finish(self) -> list[bytes]:
+        """The closing frames: the usage chunk (if asked and known), then `DONE`. Once only."""
+        if self._closed:
+            return []
+        self._closed = True
+        if not (self.include_usage and self.usage is not None):
+            return [DONE]
+        if self.id is None:
+            self._start(None, None)
+        usage_chunk: dict[str, Any] = {
+            "id": self.id,
+            "object": CHUNK_OBJECT,
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage,
+        }
+        return [data_event(_encode(usage_chunk)), DONE]
+
+    def _start(self, upstream_id: object, created: object) -> None:
+        self.id = upstream_id if type(upstream_id) is str and upstream_id else new_completion_id()
+        self.created = created if type(created) is int and created > 0 else int(time.time())
+
+    def _normalize_choice(self, choice: Any) -> None:
+        if type(choice) is not dict:
+            raise UpstreamProtocolError("upstream chunk choice is not an object")
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            delta = choice["delta"] = {}
+        index = choice.get("index", 0)
+        if type(index) is not int:
+            raise UpstreamProtocolError("upstream chunk choice `index` is not an integer")
+        if index in self._roles:
+            delta.pop("role", None)
+        else:
+            self._roles.add(index)
+            if delta.get("role") is None:
+                delta.pop("role", None)
+                # role leads the delta, as OpenAI sends it
+                delta = choice["delta"] = {"role": "assistant", **delta}
+        if "reasoning_content" in delta:
+            reasoning = delta.pop("reasoning_content")
+            if delta.get("reasoning") is None and reasoning is not None:
+                delta["reasoning"] = reasoning
+        reason = choice.get("finish_reason")
+        if reason is None:
+            choice["finish_reason"] = None
+        else:
+            self.finished = True
+            if type(reason) is str:
+                choice["finish_reason"] = _FINISH_ALIASES.get(reason, reason)
+
+    def __repr__(self) -> str:
+        return (
+            f"ChunkRelay(id={self.id!r}, chunks={self.chunks}, finished={self.finished}, "
+            f"saw_done={self.saw_done}, usage={self.usage!r})"
+        )
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(error, str) and error:
+        return error
+    return "upstream reported an error mid-stream"

@@ -1,0 +1,121 @@
+"""A gateway wired to the bench suite's simulated upstream, for the inference tests.
+
+Providers: `sim` (OpenAI wire format) and `claude` (Anthropic wire format), both served by one
+simulated upstream. Models: `small` → sim/sim-small and `haiku` → claude/claude-haiku, priced;
+`sim/unpriced` resolves but has no price.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from bench.upstream import UpstreamServer, serve_upstream
+from tests.harness import Gateway, gateway_config, running_gateway
+
+UPSTREAM_KEY = "sim-provider-secret-key"
+PRICE_IN = Decimal("0.5")
+PRICE_OUT = Decimal("1.5")
+
+
+def inference_toml(
+    upstream_url: str, *, read_timeout_s: float = 5.0, keepalive_s: float = 15.0
+) -> str:
+    return f"""
+[server]
+sse_keepalive_s = {keepalive_s}
+
+[[providers]]
+name = "sim"
+kind = "openai"
+base_url = "{upstream_url}/v1"
+api_key = "{UPSTREAM_KEY}"
+read_timeout_s = {read_timeout_s}
+
+[[providers]]
+name = "claude"
+kind = "anthropic"
+base_url = "{upstream_url}/v1"
+api_key = "{UPSTREAM_KEY}"
+read_timeout_s = {read_timeout_s}
+
+[[providers]]
+name = "dead"  # nothing listens on port 1: connections are refused
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+
+[[models]]
+id = "gone"
+provider = "dead"
+upstream = "gone"
+input_usd_per_mtok = 1
+output_usd_per_mtok = 1
+
+[[models]]
+id = "small"
+provider = "sim"
+upstream = "sim-small"
+input_usd_per_mtok = {PRICE_IN}
+output_usd_per_mtok = {PRICE_OUT}
+
+[[models]]
+id = "embed"
+provider = "sim"
+upstream = "sim-embed"
+input_usd_per_mtok = 0.02
+
+[[models]]
+id = "haiku"
+provider = "claude"
+upstream = "claude-haiku"
+input_usd_per_mtok = {PRICE_IN}
+output_usd_per_mtok = {PRICE_OUT}
+"""
+
+
+@dataclass
+class Rig:
+    gateway: Gateway
+    upstream: UpstreamServer
+    key: str  # a secret key with every scope
+
+    async def chat(self, body: dict[str, Any], key: str | None = None) -> Any:
+        return await self.gateway.client.post(
+            "/v1/chat/completions", json=body, headers=self.gateway.auth(key or self.key)
+        )
+
+
+@asynccontextmanager
+async def inference_rig(
+    database_url: str,
+    tmp_path: Path,
+    *,
+    read_timeout_s: float = 5.0,
+    keepalive_s: float = 15.0,
+    **env: str,
+) -> AsyncIterator[Rig]:
+    async with trio.open_nursery() as nursery:
+        upstream: UpstreamServer = await nursery.start(partial(serve_upstream))
+        toml = inference_toml(upstream.url, read_timeout_s=read_timeout_s, keepalive_s=keepalive_s)
+        config = gateway_config(database_url, tmp_path, toml=toml, **env)
+        async with running_gateway(config) as gw:
+            r = await gw.client.post("/v1/keys", json={"name": "all"}, headers=gw.auth())
+            yield Rig(gw, upstream, r.json()["key"])
+        nursery.cancel_scope.cancel()
+
+
+def sse_frames(text: str) -> list[str]:
+    """The `data:` payloads of an SSE body, in order (comments skipped)."""
+    return [block[len("data: ") :] for block in text.split("\n\n") if block.startswith("data: ")]
+
+
+def chunks(text: str) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(f) for f in sse_frames(text) if f != "[DONE]"]
