@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
 import trio
 
 from actors.base import Actor
+from actors.http1_pool import Response
 from actors.upstream import UpstreamError, UpstreamTimeout, mapped_errors
 from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, error_frame
 from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
@@ -96,7 +96,7 @@ class StreamRelays(Actor):
     async def relay(
         self,
         provider: str,
-        response: httpx.Response,
+        response: Response,
         frames: FrameSource,
         out: trio.MemorySendChannel[bytes],
     ) -> None:
@@ -108,7 +108,7 @@ class StreamRelays(Actor):
             async with out:
                 try:
                     with mapped_errors(provider):
-                        async for raw in response.aiter_raw():
+                        while raw := await response.next_chunk():
                             for event in decoder.feed(raw):
                                 for frame in frames.feed(event):
                                     stats.frames += 1

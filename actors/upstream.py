@@ -1,14 +1,15 @@
-"""Upstream provider clients: one pooled httpx client per provider, and the mapping of
-transport failures to our own errors (never leaked as httpx exceptions).
+"""Upstream provider clients: one connection pool per provider, and the mapping of transport
+failures to our own errors (never leaked as pool or socket exceptions).
 
     UpstreamError
      ├── UpstreamStatusError    the provider answered with a non-2xx status
      ├── UpstreamUnavailable    could not connect, or the connection broke
      └── UpstreamTimeout        no answer (or no next chunk) within the read timeout
 
-HTTP/1.1 upstream on purpose: httpx sends no RST_STREAM when an h2 stream is closed early, so a
-provider would keep generating after our client left; closing an HTTP/1.1 response early
-closes its connection, which stops the provider.
+HTTP/1.1 upstream on purpose: closing an HTTP/1.1 response early closes its connection, which
+stops the provider (with h2, httpx sends no RST_STREAM, so a provider would keep generating
+after our client left). The pool is our own (actors/http1_pool.py); see docs/decisions.md for
+the measurement that replaced httpx here.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
-import httpx
 import trio
 
 from actors.base import Actor
+from actors.http1_pool import ConnectFailed, Http1Pool, PoolError, ReadTimedOut, Response
+from protocol.http1 import format_headers
 
 ANTHROPIC_VERSION = "2023-06-01"
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -50,13 +52,15 @@ class UpstreamTimeout(UpstreamError):
 
 @contextmanager
 def mapped_errors(provider: str) -> Iterator[None]:
-    """The one place httpx's exceptions become ours."""
+    """The one place the pool's exceptions become ours."""
     try:
         yield
-    except httpx.TimeoutException as exc:
-        raise UpstreamTimeout(provider, type(exc).__name__) from exc
-    except httpx.TransportError as exc:
-        raise UpstreamUnavailable(provider, type(exc).__name__) from exc
+    except ReadTimedOut as exc:
+        raise UpstreamTimeout(provider, str(exc)) from exc
+    except ConnectFailed as exc:
+        raise UpstreamUnavailable(provider, str(exc)) from exc
+    except PoolError as exc:
+        raise UpstreamUnavailable(provider, f"{type(exc).__name__}: {exc}") from exc
 
 
 @dataclass
@@ -85,67 +89,53 @@ class UpstreamClient:
         self.name = name
         self.kind = kind
         self.stats = ClientStats()
-        self._client = httpx.AsyncClient(
-            base_url=base_url + "/",
-            headers=_auth_headers(kind, api_key),
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_keepalive_connections,
-            ),
-            timeout=httpx.Timeout(
-                connect=connect_timeout_s,
-                read=read_timeout_s,
-                write=read_timeout_s,
-                pool=connect_timeout_s,
-            ),
-            http1=True,
-            http2=False,
-            follow_redirects=False,
-            trust_env=False,
+        self._pool = Http1Pool(
+            base_url,
+            max_connections=max_connections,
+            max_idle=max_keepalive_connections,
+            connect_timeout_s=connect_timeout_s,
+            read_timeout_s=read_timeout_s,
         )
+        common = _auth_headers(kind, api_key)
+        self._headers = {
+            accept: format_headers({**common, "Content-Type": "application/json", "Accept": accept})
+            for accept in ("application/json", "text/event-stream")
+        }
 
     def __repr__(self) -> str:
         return f"<UpstreamClient {self.name} ({self.kind}) in_flight={self.stats.in_flight}>"
 
-    async def post_json(self, path: str, body: bytes) -> tuple[bytes, httpx.Headers]:
+    async def post_json(self, path: str, body: bytes) -> tuple[bytes, dict[str, str]]:
         """POST and read the whole answer; non-2xx raises UpstreamStatusError.
         Cancellation closes the request's connection."""
         async with self.stream(path, body, accept="application/json") as response:
             with mapped_errors(self.name):
-                content = await response.aread()
+                content = await response.read()
             return content, response.headers
 
     @asynccontextmanager
     async def stream(
         self, path: str, body: bytes, *, accept: str = "text/event-stream"
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[Response]:
         """POST and yield the response once its headers arrived (2xx only); the body is read
         by the caller. Leaving the block closes the response — before its end, that closes
         the connection, which is what stops the provider generating."""
         self.stats.requests += 1
         self.stats.in_flight += 1
         try:
-            request = self._client.build_request(
-                "POST",
-                path,
-                content=body,
-                headers={"content-type": "application/json", "accept": accept},
-            )
             with mapped_errors(self.name):
-                response = await self._client.send(request, stream=True)
-            try:
-                status = response.status_code
-                self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
-                if status >= 300:
-                    with mapped_errors(self.name):
-                        error_body = await _read_limited(response)
-                    raise UpstreamStatusError(
-                        self.name, status, error_body, response.headers.get("retry-after")
-                    )
-                yield response
-            finally:
-                with trio.CancelScope(shield=True):
-                    await response.aclose()
+                headers = self._headers[accept]
+                async with self._pool.request("POST", "/" + path, headers, body) as response:
+                    status = response.status
+                    self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
+                    if status >= 300:
+                        raise UpstreamStatusError(
+                            self.name,
+                            status,
+                            await response.read(_ERROR_BODY_LIMIT),
+                            response.headers.get("retry-after"),
+                        )
+                    yield response
         except UpstreamError:
             self.stats.errors += 1
             raise
@@ -153,16 +143,7 @@ class UpstreamClient:
             self.stats.in_flight -= 1
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    data = bytearray()
-    async for chunk in response.aiter_raw():
-        data += chunk
-        if len(data) >= _ERROR_BODY_LIMIT:
-            break
-    return bytes(data[:_ERROR_BODY_LIMIT])
+        await self._pool.aclose()
 
 
 def _auth_headers(kind: str, api_key: str | None) -> dict[str, str]:
@@ -171,7 +152,7 @@ def _auth_headers(kind: str, api_key: str | None) -> dict[str, str]:
         if api_key:
             headers["x-api-key"] = api_key
         return headers
-    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class Upstreams(Actor):

@@ -6,11 +6,20 @@ import secrets
 import string
 
 _ALPHABET = string.ascii_letters + string.digits
+_BASE = len(_ALPHABET)
 
 
 def random_token(length: int) -> str:
-    """`length` base62 characters from the OS CSPRNG (about 5.95 bits each)."""
-    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+    """`length` base62 characters from the OS CSPRNG (about 5.95 bits each).
+
+    One read of the OS source per call: an integer drawn uniformly below 62**length, written
+    in base 62 (`secrets.choice` per character costs a read each, ~30 µs for an id)."""
+    n = secrets.randbelow(_BASE**length)
+    out = []
+    for _ in range(length):
+        n, digit = divmod(n, _BASE)
+        out.append(_ALPHABET[digit])
+    return "".join(out)
 
 
 def new_id(prefix: str) -> str:
