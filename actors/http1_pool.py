@@ -72,7 +72,8 @@ class Response:
 
     @property
     def reusable(self) -> bool:
-        return self._reader.done and self._reader.reusable and self._head.keep_alive
+        reader = self._reader
+        return reader.done and reader.reusable and not reader.excess and self._head.keep_alive
 
     async def next_chunk(self) -> bytes:
         """The next body bytes as they arrive (chunked framing removed); b"" at the end.

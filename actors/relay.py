@@ -1,5 +1,6 @@
 """Stream relays: one per streamed request, reading the upstream's SSE body, translating it
-into the client's `chat.completion.chunk` frames, and handing them over a bounded channel.
+into the client's `chat.completion.chunk` frames, and handing them over a bounded channel
+(the frames of one upstream read travel together).
 
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
@@ -109,10 +110,12 @@ class StreamRelays(Actor):
                 try:
                     with mapped_errors(provider):
                         while raw := await response.next_chunk():
-                            for event in decoder.feed(raw):
-                                for frame in frames.feed(event):
-                                    stats.frames += 1
-                                    await out.send(frame)
+                            # Everything one upstream read yields goes over as one item:
+                            # one task switch and one client write per read, not per frame.
+                            batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
+                            if batch:
+                                stats.frames += len(batch)
+                                await out.send(b"".join(batch))
                     if not frames.finished:
                         raise UpstreamProtocolError("the upstream stream ended early")
                     closing = frames.finish()
@@ -124,8 +127,8 @@ class StreamRelays(Actor):
                     closing = [error_frame(_describe(exc), code=code), DONE]
                 else:
                     stats.completed += 1
-                for frame in closing:
-                    await out.send(frame)
+                if closing:
+                    await out.send(b"".join(closing))
         except trio.Cancelled:
             stats.cancelled += 1
             raise

@@ -174,6 +174,7 @@ def _parse_server(table: _Table) -> ServerConfig:
         sse_keepalive_s=table.get(
             "sse_keepalive_s", schema.parse_positive_number, d.sse_keepalive_s
         ),
+        http_server=table.get("http_server", schema.one_of(schema.HTTP_SERVERS), d.http_server),
     )
     table.finish()
     return server

@@ -103,6 +103,11 @@ class ServerConfig:
     max_request_body_bytes: int = 1_048_576  # JSON bodies on management and inference routes
     access_log: bool = True
     sse_keepalive_s: float = 15.0  # `: keepalive` after this much upstream silence (SPEC)
+    # "builtin": the lean HTTP/1.1 server (gateway/http1_server.py); "hypercorn": h11 + h2c.
+    http_server: str = "builtin"
+
+
+HTTP_SERVERS = ("builtin", "hypercorn")
 
 
 @dataclass(frozen=True, repr=False)

@@ -23,6 +23,7 @@ from hypercorn.trio.run import worker_serve
 
 from gateway.app import create_app
 from gateway.config import Config, ServerConfig
+from gateway.http1_server import Http1Server
 from gateway.routing import Routes
 from gateway.runtime import Runtime, open_runtime
 
@@ -57,14 +58,38 @@ async def serve_instance(
     task_status: trio.TaskStatus[Served] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one instance until `shutdown_trigger` returns, then drain and stop."""
-    hc = hypercorn_config(config.server)
+    server = config.server
     async with open_runtime(config) as runtime:
-        app = ASGIWrapper(create_app(runtime, extra_routes))
+        app = create_app(runtime, extra_routes)
         async with trio.open_nursery() as nursery:
-            urls = await nursery.start(
-                partial(worker_serve, app, hc, sockets=sockets, shutdown_trigger=shutdown_trigger)
-            )
+            if server.http_server == "hypercorn":
+                run = partial(
+                    worker_serve,
+                    ASGIWrapper(app),
+                    hypercorn_config(server),
+                    sockets=sockets,
+                    shutdown_trigger=shutdown_trigger,
+                )
+            else:
+                http1 = Http1Server(
+                    app,
+                    keep_alive_timeout_s=server.keep_alive_timeout_s,
+                    keep_alive_max_requests=server.keep_alive_max_requests,
+                    graceful_timeout_s=server.graceful_timeout_s,
+                )
+                run = partial(http1.serve, await _listeners(server, sockets), shutdown_trigger)
+            urls = await nursery.start(run)
             task_status.started(Served(urls, runtime))
+
+
+async def _listeners(server: ServerConfig, sockets: Sockets | None) -> list[trio.SocketListener]:
+    """The workers' shared sockets, or new ones bound here."""
+    if sockets is not None:
+        return [
+            trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+            for sock in sockets.insecure_sockets
+        ]
+    return await trio.open_tcp_listeners(server.port, host=server.host)
 
 
 async def _watch_signals(

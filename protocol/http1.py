@@ -79,11 +79,13 @@ class _Mode(enum.Enum):
 
 
 class BodyReader:
-    """Decodes a response body as bytes arrive. `feed` returns the body bytes in them;
-    `done` turns true at the body's end (bytes past it are an error: no pipelining)."""
+    """Decodes a message body as bytes arrive. `feed` returns the body bytes in them; `done`
+    turns true at the body's end, and bytes fed past it are kept in `excess` (on a server
+    connection: the start of the next request; from an upstream: a protocol error)."""
 
     def __init__(self, head: ResponseHead, *, head_request: bool = False) -> None:
         self.done = False
+        self.excess = b""
         self._remaining = 0
         self._buffer = b""
         encoding = head.headers.get("transfer-encoding", "").lower()
@@ -111,7 +113,7 @@ class BodyReader:
     def feed(self, data: bytes) -> bytes:
         if self._mode is _Mode.LENGTH:
             if len(data) > self._remaining:
-                raise HTTPProtocolError("more bytes than Content-Length")
+                data, self.excess = data[: self._remaining], data[self._remaining :]
             self._remaining -= len(data)
             self.done = self._remaining == 0
             return data
@@ -158,7 +160,79 @@ class BodyReader:
                 self._chunk_left = size if size else -3
             elif not line:  # -3: trailers end with an empty line
                 self.done = True
-        if self.done and pos < len(buf):
-            raise HTTPProtocolError("bytes after the end of the body")
-        self._buffer = buf[pos:]
+        if self.done:
+            self.excess = buf[pos:]
+            self._buffer = b""
+        else:
+            self._buffer = buf[pos:]
         return b"".join(out)
+
+
+# --- server side -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    method: str
+    target: bytes
+    http_version: str  # "1.1" or "1.0"
+    headers: list[tuple[bytes, bytes]]  # names lower-cased, as ASGI wants them
+    keep_alive: bool
+    expects_continue: bool
+
+
+def parse_request_head(data: bytes | bytearray) -> tuple[RequestHead, int] | None:
+    """A request head if `data` holds all of it, and where the body starts; None if more
+    bytes are needed. Raises HTTPProtocolError for a malformed or oversized head."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        if len(data) > MAX_HEAD:
+            raise HTTPProtocolError("request head too large")
+        return None
+    if end > MAX_HEAD:
+        raise HTTPProtocolError("request head too large")
+    lines = bytes(data[:end]).split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        raise HTTPProtocolError("malformed request line")
+    method, target, version = parts
+    if not method.isalpha() or not target:
+        raise HTTPProtocolError("malformed request line")
+    headers: list[tuple[bytes, bytes]] = []
+    connection = b""
+    expect = b""
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise HTTPProtocolError("malformed header line")
+        key = name.lower()
+        value = value.strip()
+        headers.append((key, value))
+        if key == b"connection":
+            connection = value.lower()
+        elif key == b"expect":
+            expect = value.lower()
+    http_version = version[5:].decode("latin-1")
+    if http_version == "1.1":
+        keep_alive = b"close" not in connection
+    else:
+        keep_alive = b"keep-alive" in connection
+    head = RequestHead(
+        method.decode("latin-1"),
+        target,
+        http_version,
+        headers,
+        keep_alive,
+        expect == b"100-continue",
+    )
+    return head, end + 4
+
+
+def request_body_reader(head: RequestHead) -> BodyReader:
+    """How this request's body is framed; a request without either header has none."""
+    values = dict(head.headers)
+    if b"chunked" in values.get(b"transfer-encoding", b"").lower():
+        framing = {"transfer-encoding": "chunked"}
+    else:
+        framing = {"content-length": values.get(b"content-length", b"0").decode("latin-1")}
+    return BodyReader(ResponseHead(200, framing, True))

@@ -24,8 +24,9 @@ async def start_sse(scope: Scope, send: Send, extra: Headers) -> None:
 
 
 class Pump:
-    """Moves frames from the relay's channel to the client. `frames_sent` stays readable after
-    a cancellation (the client left), so what was relayed can be accounted."""
+    """Moves frames from the relay's channel to the client. `frames_sent` (data frames
+    written to the client) stays readable after a cancellation (the client left), so what was
+    relayed can be accounted."""
 
     def __init__(self, send: Send, keepalive_s: float) -> None:
         self._send = send
@@ -53,7 +54,7 @@ class Pump:
                         break
                 body = batch[0] if len(batch) == 1 else b"".join(batch)
                 await send({"type": "http.response.body", "body": body, "more_body": True})
-                self.frames_sent += len(batch)
+                self.frames_sent += body.count(b"data: ")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -72,11 +72,11 @@ def test_malformed_heads_raise(raw: bytes) -> None:
         parse_head(raw)
 
 
-def test_malformed_bodies_raise() -> None:
+def test_malformed_bodies_raise_and_excess_is_kept() -> None:
     parsed = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
     assert parsed is not None
-    with pytest.raises(HTTPProtocolError):
-        BodyReader(parsed[0]).feed(b"abc")
+    extra = BodyReader(parsed[0])
+    assert extra.feed(b"abc") == b"ab" and extra.done and extra.excess == b"c"
     reader = BodyReader(parsed[0])
     reader.feed(b"a")
     with pytest.raises(HTTPProtocolError):

@@ -1,0 +1,463 @@
+"""A lean HTTP/1.1 ASGI server for the gateway, on Trio.
+
+Why (docs/decisions.md, "HTTP/1.1 server"): on this machine Hypercorn's h11 path costs about
+1.6 ms of CPU per request before the app runs — a bare ASGI app behind it tops out near 600
+req/s on one core, below the gateway's own targets. This server does only what the gateway
+needs: keep-alive, Content-Length and chunked request bodies, `Expect: 100-continue`,
+responses written in as few sends as possible (head and first body part together), streaming
+with chunked encoding, `http.disconnect` when the client leaves, lifespan, and graceful drain.
+No pipelining (a pipelined request is read after the current response), no h2, no TLS:
+`[server] http_server = "hypercorn"` serves those.
+
+Cancellation: cancelling `serve_http1` closes every connection at once; the drain path
+(shutdown trigger) stops accepting, closes idle connections, and lets in-flight requests run
+for the grace period before cancelling them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from email.utils import formatdate
+from functools import partial
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import trio
+
+from gateway.middleware import ASGIApp, Message
+from protocol.http1 import (
+    BodyReader,
+    HTTPProtocolError,
+    RequestHead,
+    parse_request_head,
+    request_body_reader,
+)
+
+log = logging.getLogger("gateway.http")
+_RECEIVE = 65536
+_DISCARD_LIMIT = 1024 * 1024  # unread request body worth reading past to keep the connection
+_DISCARD_S = 2.0
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_BAD_REQUEST_BODY = (
+    b'{"error":{"message":"Malformed HTTP request.","type":"invalid_request_error",'
+    b'"param":null,"code":"bad_request"}}'
+)
+
+
+class _Date:
+    """The Date header, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def value(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_date = _Date()
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Exchange:
+    """One request/response on a connection: the ASGI receive and send callables."""
+
+    def __init__(
+        self, conn: _Connection, head: RequestHead, body: BodyReader, leftover: bytes
+    ) -> None:
+        self._conn = conn
+        self._head = head
+        self._body = body
+        self._pending = self._feed(leftover) if leftover else b""
+        self._continue_due = head.expects_continue and not body.done
+        self._request_done = False
+        self.status: int | None = None
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._chunked = False
+        self.started = False  # head written
+        self.finished = False  # whole response written
+        self.keep_alive = head.keep_alive
+
+    def _feed(self, raw: bytes) -> bytes:
+        data = self._body.feed(raw)
+        if self._body.excess:  # the next request's first bytes: keep them for it
+            self._conn.buffer += self._body.excess
+            self._body.excess = b""
+        return data
+
+    async def receive(self) -> Message:
+        if not self._request_done:
+            if self._pending or self._body.done:
+                data, self._pending = self._pending, b""
+                self._request_done = self._body.done
+                return {"type": "http.request", "body": data, "more_body": not self._body.done}
+            if self._continue_due:
+                self._continue_due = False
+                await self._conn.write(_CONTINUE)
+            while True:
+                raw = await self._conn.read()
+                if not raw:
+                    self._conn.closed = True
+                    return {"type": "http.disconnect"}
+                try:
+                    data = self._feed(raw)
+                except HTTPProtocolError:
+                    self.keep_alive = False
+                    return {"type": "http.disconnect"}
+                if data or self._body.done:
+                    self._request_done = self._body.done
+                    return {"type": "http.request", "body": data, "more_body": not self._body.done}
+        # The body was read: the next message is the client leaving.
+        await self._conn.wait_closed()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            self.status = int(message["status"])
+            self._headers = list(message.get("headers", ()))
+            return
+        if kind != "http.response.body" or self.finished or self._conn.closed:
+            return
+        body: bytes = message.get("body", b"")
+        more = bool(message.get("more_body", False))
+        out: list[bytes] = []
+        if not self.started:
+            out.append(self._encode_head(len(body) if not more else None))
+            self.started = True
+        if self._head.method == "HEAD":
+            body = b""
+        if self._chunked:
+            if body:
+                out += [b"%x\r\n" % len(body), body, b"\r\n"]
+            if not more:
+                out.append(b"0\r\n\r\n")
+        elif body:
+            out.append(body)
+        if not more:
+            self.finished = True
+        if out:
+            await self._conn.write(b"".join(out))
+
+    def _encode_head(self, whole_length: int | None) -> bytes:
+        status = self.status or 500
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
+        has_length = False
+        for name, value in self._headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                has_length = True
+            elif lowered == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+            lines += [name, b": ", value, b"\r\n"]
+        if not has_length:
+            if whole_length is not None:
+                lines.append(b"content-length: %d\r\n" % whole_length)
+            elif self._head.http_version == "1.1":
+                self._chunked = True
+                lines.append(b"transfer-encoding: chunked\r\n")
+            else:
+                self.keep_alive = False
+        if not self.keep_alive or self._conn.draining():
+            self.keep_alive = False
+            lines.append(b"connection: close\r\n")
+        lines += [b"date: ", _date.value(), b"\r\n\r\n"]
+        return b"".join(lines)
+
+    async def discard_body(self) -> None:
+        """Read and drop the rest of a small request body the app did not read (say, it
+        answered 401 first), so the connection stays usable; large ones are left unread."""
+        if self._continue_due:
+            return  # the client waits for 100 Continue: it will not send the body at all
+        with trio.move_on_after(_DISCARD_S):
+            dropped = len(self._pending)
+            self._pending = b""
+            while not self._body.done and dropped <= _DISCARD_LIMIT:
+                raw = await self._conn.read()
+                if not raw:
+                    self._conn.closed = True
+                    return
+                try:
+                    dropped += len(self._feed(raw))
+                except HTTPProtocolError:
+                    return
+            self._request_done = self._body.done
+
+    @property
+    def request_done(self) -> bool:
+        return self._request_done
+
+    @property
+    def client_gone(self) -> bool:
+        return self._conn.closed
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream, server: Http1Server) -> None:
+        self.stream = stream
+        self.server = server
+        self.buffer = b""
+        self.closed = False
+        self._reading = trio.Lock()
+
+    def draining(self) -> bool:
+        return self.server.draining.is_set()
+
+    async def read(self) -> bytes:
+        if self.buffer:
+            data, self.buffer = self.buffer, b""
+            return data
+        try:
+            async with self._reading:
+                return await self.stream.receive_some(_RECEIVE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return b""
+
+    async def wait_closed(self) -> None:
+        """Until the client closes (bytes of a next request are kept for later)."""
+        while not self.closed:
+            data = await self.read_more()
+            if not data:
+                self.closed = True
+                return
+            self.buffer += data
+
+    async def read_more(self) -> bytes:
+        try:
+            async with self._reading:
+                return await self.stream.receive_some(_RECEIVE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return b""
+
+    async def linger(self) -> None:
+        """Close our side, then read and drop what the client still sends for a moment, so
+        closing with unread bytes does not reset the connection before it read our answer."""
+        with trio.move_on_after(_DISCARD_S):
+            try:
+                await self.stream.send_eof()
+                while await self.read_more():
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    async def write(self, data: bytes) -> None:
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.closed = True
+            raise _ClientGone from None
+
+
+class Http1Server:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keep_alive_timeout_s: float,
+        keep_alive_max_requests: int,
+        graceful_timeout_s: float,
+    ) -> None:
+        self._app = app
+        self._keep_alive_timeout = keep_alive_timeout_s
+        self._max_requests = keep_alive_max_requests
+        self._graceful_timeout = graceful_timeout_s
+        self.draining = trio.Event()
+        self._idle: set[trio.CancelScope] = set()
+        self.connections = 0
+
+    async def serve(
+        self,
+        listeners: list[trio.SocketListener],
+        shutdown_trigger: Callable[[], Awaitable[None]],
+        *,
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve until `shutdown_trigger` returns, then drain (see module docstring)."""
+        async with trio.open_nursery() as lifespan_nursery:
+            lifespan = _Lifespan(self._app)
+            await lifespan_nursery.start(lifespan.run)
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as accepting:
+                    accepting.start_soon(
+                        partial(
+                            trio.serve_listeners,
+                            self._handle,
+                            listeners,
+                            handler_nursery=connections,
+                        )
+                    )
+                    task_status.started([_url(listener) for listener in listeners])
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+                for listener in listeners:
+                    await listener.aclose()
+                self.draining.set()
+                for scope in list(self._idle):
+                    scope.cancel()
+                connections.cancel_scope.deadline = trio.current_time() + self._graceful_timeout
+            await lifespan.shutdown()
+            lifespan_nursery.cancel_scope.cancel()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        conn = _Connection(stream, self)
+        try:
+            await self._serve_connection(conn)
+        finally:
+            self.connections -= 1
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_connection(self, conn: _Connection) -> None:
+        scope_base = _scope_base(conn.stream)
+        served = 0
+        while not self.draining.is_set() and served < self._max_requests:
+            try:
+                request = await self._read_head(conn)
+            except HTTPProtocolError as exc:
+                await _reject(conn, 431 if "large" in str(exc) else 400)
+                return
+            if request is None:
+                return
+            head, leftover = request
+            served += 1
+            exchange = _Exchange(conn, head, request_body_reader(head), leftover)
+            await self._run_app(exchange, head, scope_base)
+            if exchange.finished and not exchange.request_done:
+                await exchange.discard_body()
+            if not (exchange.finished and exchange.keep_alive and exchange.request_done):
+                if exchange.finished and not exchange.client_gone:
+                    await conn.linger()
+                return
+
+    async def _read_head(self, conn: _Connection) -> tuple[RequestHead, bytes] | None:
+        """The next request's head and the bytes after it; None when the client closed, or
+        stayed idle past the keep-alive timeout, or the server drains while it is idle (a
+        request that has begun arriving is not cut by draining)."""
+        data = bytearray(conn.buffer)
+        conn.buffer = b""
+        with trio.move_on_after(self._keep_alive_timeout) as idle:
+            self._idle.add(idle)
+            try:
+                while (parsed := parse_request_head(data)) is None:
+                    chunk = await conn.read_more()
+                    if not chunk:
+                        return None
+                    data += chunk
+                    self._idle.discard(idle)
+            finally:
+                self._idle.discard(idle)
+            head, offset = parsed
+            return head, bytes(data[offset:])
+        return None
+
+    async def _run_app(self, exchange: _Exchange, head: RequestHead, base: dict[str, Any]) -> None:
+        raw_path, _, query = head.target.partition(b"?")
+        scope = {
+            **base,
+            "http_version": head.http_version,
+            "method": head.method,
+            "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": head.headers,
+        }
+        try:
+            await self._app(scope, exchange.receive, exchange.send)
+        except _ClientGone:
+            return
+        except Exception:
+            log.exception("unhandled error in the app on %s %s", head.method, scope["path"])
+        if not exchange.started and not exchange.client_gone:
+            exchange.keep_alive = False
+            try:
+                await exchange.send({"type": "http.response.start", "status": 500, "headers": []})
+                await exchange.send({"type": "http.response.body", "body": b""})
+            except _ClientGone:
+                pass
+
+
+def _scope_base(stream: trio.SocketStream) -> dict[str, Any]:
+    try:
+        client = stream.socket.getpeername()[:2]
+        server = stream.socket.getsockname()[:2]
+    except OSError:
+        client = server = None
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "scheme": "http",
+        "root_path": "",
+        "client": client,
+        "server": server,
+        "extensions": {},
+    }
+
+
+async def _reject(conn: _Connection, status: int) -> None:
+    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
+    try:
+        await conn.write(
+            head + b"content-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(_BAD_REQUEST_BODY), _BAD_REQUEST_BODY)
+        )
+    except _ClientGone:
+        pass
+
+
+def _url(listener: trio.SocketListener) -> str:
+    host, port = listener.socket.getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+class _Lifespan:
+    """The ASGI lifespan protocol, so the app's startup and shutdown hooks run."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._to_app, self._app_inbox = trio.open_memory_channel[Message](2)
+        self._started = trio.Event()
+        self._stopped = trio.Event()
+        self._supported = True
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._call_app)
+            await self._to_app.send({"type": "lifespan.startup"})
+            await self._started.wait()
+            task_status.started()
+
+    async def _call_app(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
+        try:
+            await self._app(scope, self._app_inbox.receive, self._from_app)
+        except Exception:
+            log.debug("the app does not support lifespan", exc_info=True)
+            self._supported = False
+        self._started.set()
+        self._stopped.set()
+
+    async def _from_app(self, message: Message) -> None:
+        kind = message["type"]
+        if kind.startswith("lifespan.startup"):
+            if kind.endswith("failed"):
+                raise RuntimeError(f"app startup failed: {message.get('message', '')}")
+            self._started.set()
+        elif kind.startswith("lifespan.shutdown"):
+            self._stopped.set()
+
+    async def shutdown(self) -> None:
+        if self._supported and not self._stopped.is_set():
+            await self._to_app.send({"type": "lifespan.shutdown"})
+            with trio.move_on_after(10):
+                await self._stopped.wait()
