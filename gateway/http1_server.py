@@ -209,7 +209,6 @@ class _Connection:
         self.server = server
         self.buffer = b""
         self.closed = False
-        self._reading = trio.Lock()
 
     def draining(self) -> bool:
         return self.server.draining.is_set()
@@ -218,11 +217,7 @@ class _Connection:
         if self.buffer:
             data, self.buffer = self.buffer, b""
             return data
-        try:
-            async with self._reading:
-                return await self.stream.receive_some(_RECEIVE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return b""
+        return await self.read_more()
 
     async def wait_closed(self) -> None:
         """Until the client closes (bytes of a next request are kept for later)."""
@@ -234,9 +229,10 @@ class _Connection:
             self.buffer += data
 
     async def read_more(self) -> bytes:
+        """Bytes from the socket (b"" once closed). One reader at a time: the app reads the
+        body or waits for the disconnect, never both at once (trio raises if that breaks)."""
         try:
-            async with self._reading:
-                return await self.stream.receive_some(_RECEIVE)
+            return await self.stream.receive_some(_RECEIVE)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return b""
 

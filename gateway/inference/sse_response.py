@@ -38,7 +38,8 @@ class Pump:
         at once; nothing more is sent."""
         send = self._send
         async with frames:
-            while True:
+            ended = False
+            while not ended:
                 with trio.move_on_after(self._keepalive_s) as silence:
                     try:
                         batch = [await frames.receive()]
@@ -50,12 +51,16 @@ class Pump:
                 while len(batch) < 64:  # whatever else is ready goes in the same write
                     try:
                         batch.append(frames.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        ended = True  # the end of the body goes in that write too
                         break
                 body = batch[0] if len(batch) == 1 else b"".join(batch)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await send({"type": "http.response.body", "body": body, "more_body": not ended})
                 self.frames_sent += body.count(b"data: ")
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
