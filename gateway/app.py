@@ -45,6 +45,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         upstreams=runtime.upstreams,
         relays=runtime.relays,
         limiter=runtime.limiter,
+        idempotency=runtime.storage.idempotency,
         max_body_bytes=server.max_request_body_bytes,
         sse_keepalive_s=server.sse_keepalive_s,
     )

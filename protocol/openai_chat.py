@@ -70,8 +70,9 @@ def parse_chat_request(body: bytes) -> ChatRequest:
 
 
 def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> bytes:
-    """`body` with the top-level `model` replaced and, if asked and the request streams,
-    `stream_options.include_usage` set (other `stream_options` fields kept)."""
+    """`body` with the top-level `model` replaced, `metadata.idempotency_key` removed (the
+    gateway's own), and, if asked and the request streams, `stream_options.include_usage` set
+    (other `stream_options` fields kept)."""
     fields = decode_json(body, dict[str, msgspec.Raw])
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
     stream = fields.get("stream")
@@ -87,6 +88,15 @@ def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> by
                 ) from None
         options["include_usage"] = True
         fields["stream_options"] = msgspec.Raw(msgspec.json.encode(options))
+    metadata = fields.get("metadata")
+    if metadata is not None and b'"idempotency_key"' in bytes(metadata):
+        # The gateway consumes it (docs/decisions.md); OpenAI refuses unknown metadata use.
+        kept = msgspec.json.decode(metadata, type=dict[str, Any])
+        kept.pop("idempotency_key", None)
+        if kept:
+            fields["metadata"] = msgspec.Raw(msgspec.json.encode(kept))
+        else:
+            del fields["metadata"]
     return msgspec.json.encode(fields)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from storage.database import Database
 from storage.events import EventRepository
+from storage.idempotency import IdempotencyRepository
 from storage.keys import KeyRepository
 from storage.migrate import migrate
 from storage.orgs import OrgRepository
@@ -21,11 +22,16 @@ class Storage:
     orgs: OrgRepository
     keys: KeyRepository
     events: EventRepository
+    idempotency: IdempotencyRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
         return cls(
-            db=db, orgs=OrgRepository(db), keys=KeyRepository(db), events=EventRepository(db)
+            db=db,
+            orgs=OrgRepository(db),
+            keys=KeyRepository(db),
+            events=EventRepository(db),
+            idempotency=IdempotencyRepository(db),
         )
 
 

@@ -13,6 +13,7 @@ from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
 from actors.upstream import UpstreamClient, UpstreamError
 from gateway.asgi import read_body
 from gateway.config import ModelConfig
+from gateway.inference import idempotency
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
@@ -29,6 +30,7 @@ from protocol.openai_chat import (
 from protocol.pricing import estimate_tokens, token_cost_usd
 from protocol.scopes import CHAT_COMPLETIONS
 from protocol.usage import Usage
+from storage.idempotency import COMPLETED, STREAMED
 
 
 def cost_usd(price: ModelConfig, usage: Usage) -> float:
@@ -59,6 +61,42 @@ class ChatCompletions:
             raise capability_missing(model, "chat completions")
         price = require_price(model, output=True)
         await call.admit(deps.limiter)
+        assert call.principal is not None
+        claim = await idempotency.begin(
+            deps.idempotency, call.principal.org_id, request.metadata, body
+        )
+        if claim is not None and claim.replay is not None:
+            call.headers.append((b"idempotent-replayed", b"true"))
+            await call.answer_json(claim.replay)
+            return
+        try:
+            out = await self._forward(call, body, request, model, price)
+            if claim is not None:
+                # Stored before it is sent, so that an immediate retry finds it.
+                state = STREAMED if out is None else COMPLETED
+                replay = None if out is None else out.decode()
+                await claim.repo.finish(claim.org_id, claim.key, state, replay)
+            if out is not None:
+                await call.answer_json(out)
+        except BaseException:
+            if claim is not None:
+                with trio.CancelScope(shield=True):
+                    if call.started:  # a stream began: it is not replayable, never rerun
+                        await claim.repo.finish(claim.org_id, claim.key, STREAMED, None)
+                    else:
+                        await claim.repo.release(claim.org_id, claim.key)
+            raise
+
+    async def _forward(
+        self,
+        call: Call,
+        body: bytes,
+        request: ChatRequest,
+        model: ResolvedModel,
+        price: ModelConfig,
+    ) -> bytes | None:
+        """The JSON answer to send, or None when a stream was sent."""
+        deps = self._deps
         client = deps.upstreams.get(model.provider.name)
         if model.provider.kind == "anthropic":
             path = "messages"
@@ -72,8 +110,8 @@ class ChatCompletions:
             )
         if request.stream:
             await self._stream(call, client, path, upstream_body, request, model, price, len(body))
-        else:
-            await self._json(call, client, path, upstream_body, model, price)
+            return None
+        return await self._json(call, client, path, upstream_body, model, price)
 
     async def _json(
         self,
@@ -83,7 +121,7 @@ class ChatCompletions:
         upstream_body: bytes,
         model: ResolvedModel,
         price: ModelConfig,
-    ) -> None:
+    ) -> bytes:
         try:
             content, _ = await client.post_json(path, upstream_body)
         except UpstreamError as exc:
@@ -94,7 +132,7 @@ class ChatCompletions:
             out, maybe_usage = rewrite_model_in_object(content, model.id)
             usage = maybe_usage or Usage()
         call.record_usage(usage, cost_usd(price, usage))
-        await call.answer_json(out)
+        return out
 
     async def _stream(
         self,

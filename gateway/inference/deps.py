@@ -9,6 +9,7 @@ from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.auth import Authenticator
 from gateway.model_registry import ModelRegistry
+from storage.idempotency import IdempotencyRepository
 
 
 @dataclass(frozen=True)
@@ -18,5 +19,6 @@ class InferenceDeps:
     upstreams: Upstreams
     relays: StreamRelays
     limiter: RateLimiter
+    idempotency: IdempotencyRepository
     max_body_bytes: int
     sse_keepalive_s: float

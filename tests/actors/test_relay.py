@@ -1,0 +1,107 @@
+"""Stream relays: back-pressure, breakage and cancellation, against a scripted upstream body."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from actors.relay import CHANNEL_CAPACITY, OpenAIFrames, StreamRelays
+from protocol.openai_chat import ChunkRelay
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+def _frame(i: int) -> bytes:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "up",
+        "choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+class EndlessBody:
+    """An upstream that would stream forever; counts how often it was read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def next_chunk(self) -> bytes:
+        await trio.lowlevel.checkpoint()
+        self.reads += 1
+        return _frame(self.reads)
+
+
+class ScriptedBody:
+    def __init__(self, parts: list[bytes | Exception]) -> None:
+        self._parts = parts
+
+    async def next_chunk(self) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if not self._parts:
+            return b""
+        part = self._parts.pop(0)
+        if isinstance(part, Exception):
+            raise part
+        return part
+
+
+def _frames() -> OpenAIFrames:
+    return OpenAIFrames(ChunkRelay(model="sim/x", include_usage=False))
+
+
+async def test_a_client_that_does_not_read_stops_the_upstream_reads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    relays = StreamRelays()
+    body = EndlessBody()
+    send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        await trio.sleep(60)
+        stalled_at = body.reads
+        assert stalled_at <= CHANNEL_CAPACITY + 2  # the channel is full: no more reading
+        await trio.sleep(60)
+        assert body.reads == stalled_at
+        for _ in range(5):  # the client reads a little: the relay reads as much more
+            await receive.receive()
+        await trio.sleep(1)
+        assert body.reads == stalled_at + 5
+        assert relays.statistics()["active"] == 1
+        nursery.cancel_scope.cancel()
+    stats = relays.statistics()
+    assert stats["active"] == 0 and stats["cancelled"] == 1 and stats["completed"] == 0
+
+
+async def test_a_stream_cut_short_ends_with_an_error_frame_then_done() -> None:
+    relays = StreamRelays()
+    body = ScriptedBody([_frame(0) + _frame(1)])  # then the body ends without a finish
+    send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        out = b"".join([item async for item in receive])
+    frames = [f for f in out.split(b"\n\n") if f]
+    assert frames[-1] == b"data: [DONE]"
+    assert json.loads(frames[-2][len(b"data: ") :])["error"]["type"] == "upstream_error"
+    assert len(frames) == 4 and relays.statistics()["broken"] == 1
+
+
+async def test_a_transport_failure_midway_is_reported_in_the_stream() -> None:
+    from actors.http1_pool import ConnectionBroken
+
+    relays = StreamRelays()
+    body = ScriptedBody([_frame(0), ConnectionBroken("reset")])
+    send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        out = b"".join([item async for item in receive])
+    assert out.endswith(b"data: [DONE]\n\n") and b'"upstream_error"' in out
