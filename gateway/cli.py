@@ -14,6 +14,7 @@ from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.logs import setup_logging
 from gateway.master_key import MasterKeyError
 from gateway.runtime import credential_hasher
+from protocol.credentials import CredentialKind
 from storage.errors import StorageError, UniqueViolation
 from storage.migrate import migrate
 from storage.open import open_database, open_storage
@@ -78,8 +79,6 @@ async def _create_org(config: Config, name: str, plan: str) -> int:
         except UniqueViolation:
             print(f"gateway: an organization named {name!r} already exists", file=sys.stderr)
             return 1
-        from protocol.credentials import CredentialKind
-
         credential = hasher.generate(CredentialKind.MANAGEMENT)
         await storage.orgs.add_management_key(org.id, credential)
     print(f"organization {org.name} ({org.id}, plan {org.plan})")

@@ -1,4 +1,5 @@
-"""Serving: Hypercorn's Trio worker in front of the app, signals, graceful stop, workers.
+"""Serving: the HTTP server in front of the app (the built-in HTTP/1.1 server, or Hypercorn's
+Trio worker), signals, graceful stop, workers.
 
 Stop sequence on SIGINT/SIGTERM: stop accepting, let in-flight requests and streams finish for
 up to `server.graceful_timeout_s`, cancel what is left, stop the actors (they flush), close

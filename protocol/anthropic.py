@@ -17,8 +17,13 @@ import msgspec
 
 from protocol.decoding import decode_json
 from protocol.errors import invalid_request
-from protocol.openai_chat import CHUNK_OBJECT, UpstreamProtocolError, new_completion_id
-from protocol.sse import DONE, SSEEvent, data_event
+from protocol.openai_chat import (
+    CHUNK_OBJECT,
+    UpstreamProtocolError,
+    new_completion_id,
+    usage_frame,
+)
+from protocol.sse import DONE, SSEEvent
 from protocol.usage import Usage, overlay_usage
 
 _FINISH_REASONS = {
@@ -532,15 +537,8 @@ class StreamTranslator:
             return [DONE]
         if self.id is None:
             self._start("")
-        usage_chunk: dict[str, Any] = {
-            "id": self.id,
-            "object": CHUNK_OBJECT,
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": self.usage,
-        }
-        return [data_event(_encode(usage_chunk)), DONE]
+        assert self.id is not None
+        return [usage_frame(self.id, self.created, self.model, self.usage), DONE]
 
     def _start(self, message_id: str) -> None:
         if self.id is not None:

@@ -115,6 +115,19 @@ def rewrite_model_in_object(body: bytes, model: str) -> tuple[bytes, Usage | Non
     return msgspec.json.encode(fields), usage
 
 
+def usage_frame(chunk_id: str, created: int, model: str, usage: Usage) -> bytes:
+    """The extra chunk with empty `choices` and `usage` (SPEC streaming rule 5)."""
+    chunk = {
+        "id": chunk_id,
+        "object": CHUNK_OBJECT,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage,
+    }
+    return data_event(msgspec.json.encode(chunk))
+
+
 def error_frame(message: str, *, code: str) -> bytes:
     """The frame sent (before `DONE`) when a stream breaks after it started."""
     detail = ErrorDetail(message=message, type="upstream_error", param=None, code=code)
@@ -205,15 +218,8 @@ class ChunkRelay:
             return [DONE]
         if self.id is None:
             self._start(None, None)
-        usage_chunk: dict[str, Any] = {
-            "id": self.id,
-            "object": CHUNK_OBJECT,
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": self.usage,
-        }
-        return [data_event(_encode(usage_chunk)), DONE]
+        assert self.id is not None
+        return [usage_frame(self.id, self.created, self.model, self.usage), DONE]
 
     def _start(self, upstream_id: object, created: object) -> None:
         self.id = upstream_id if type(upstream_id) is str and upstream_id else new_completion_id()

@@ -148,12 +148,7 @@ class KeyRepository:
 
     async def get(self, org_id: str, key_id: str) -> KeyRecord | None:
         """A live (not deleted) key of this org."""
-        row = await self._db.fetchrow(
-            f"SELECT {_COLUMNS} FROM api_keys"
-            " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL",
-            {"id": key_id, "org_id": org_id},
-        )
-        return None if row is None else _record(row)
+        return await _live(self._db, org_id, key_id)
 
     async def find_by_hash(self, key_hash: str) -> KeyRecord | None:
         """Any key with that hash, deleted ones included (so auth can say why it fails)."""
@@ -190,14 +185,9 @@ class KeyRepository:
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         async with self._db.transaction() as tx:
-            row = await tx.fetchrow(
-                f"SELECT {_COLUMNS} FROM api_keys"
-                " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL",
-                {"id": key_id, "org_id": org_id},
-            )
-            if row is None:
+            current = await _live(tx, org_id, key_id)
+            if current is None:
                 return None
-            current = _record(row)
             normalized: dict[str, Any] = {
                 k: (_tuple(v) if k in _JSON_COLUMNS else v) for k, v in changes.items()
             }
@@ -218,12 +208,8 @@ class KeyRepository:
     async def delete(self, org_id: str, key_id: str) -> bool:
         """Revoke permanently; False if no such live key."""
         async with self._db.transaction() as tx:
-            row = await tx.fetchrow(
-                f"SELECT {_COLUMNS} FROM api_keys"
-                " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL",
-                {"id": key_id, "org_id": org_id},
-            )
-            if row is None:
+            current = await _live(tx, org_id, key_id)
+            if current is None:
                 return False
             now = now_us()
             await tx.execute(
@@ -232,7 +218,7 @@ class KeyRepository:
                 {"now": now, "inactive": False, "id": key_id},
             )
             await bump_credentials_epoch(tx)
-            record = replace(_record(row), is_active=False, deleted_at=now)
+            record = replace(current, is_active=False, deleted_at=now)
             await events.append(tx, org_id, "key.deleted", event_data(record))
         return True
 
@@ -252,6 +238,15 @@ class KeyRepository:
         return int(
             await self._db.fetchval("SELECT epoch FROM cache_epochs WHERE name = 'credentials'")
         )
+
+
+async def _live(executor: Executor, org_id: str, key_id: str) -> KeyRecord | None:
+    row = await executor.fetchrow(
+        f"SELECT {_COLUMNS} FROM api_keys"
+        " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL",
+        {"id": key_id, "org_id": org_id},
+    )
+    return None if row is None else _record(row)
 
 
 def _tuple(value: Any) -> tuple[str, ...] | None:

@@ -14,11 +14,12 @@ from actors.upstream import UpstreamClient, UpstreamError
 from gateway.asgi import read_body
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
+from gateway.inference.admission import admit_model
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
 from gateway.inference.upstream_errors import to_api_error
-from gateway.model_registry import ResolvedModel, capability_missing, require_price
+from gateway.model_registry import ResolvedModel
 from protocol import anthropic
 from protocol.openai_chat import (
     ChatRequest,
@@ -53,14 +54,7 @@ class ChatCompletions:
         await call.authenticate(deps.auth, CHAT_COMPLETIONS)
         body = await read_body(call.receive, deps.max_body_bytes)
         request = parse_chat_request(body)
-        model = deps.registry.resolve(request.model)
-        call.ctx.model = model.id
-        call.check_model_allowed(model)
-        supports = model.provider.supports
-        if supports is not None and "chat" not in supports:
-            raise capability_missing(model, "chat completions")
-        price = require_price(model, output=True)
-        await call.admit(deps.limiter)
+        model, price = await admit_model(call, deps, request.model, capability="chat")
         assert call.principal is not None
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body

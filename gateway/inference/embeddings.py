@@ -8,11 +8,11 @@ import msgspec
 
 from actors.upstream import UpstreamError
 from gateway.asgi import read_body
+from gateway.inference.admission import admit_model
 from gateway.inference.call import Call
 from gateway.inference.chat import cost_usd
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import to_api_error
-from gateway.model_registry import capability_missing, require_price
 from protocol.decoding import decode_json
 from protocol.errors import invalid_request
 from protocol.openai_chat import rewrite_model_in_object, rewrite_request
@@ -36,16 +36,7 @@ class Embeddings:
         request = decode_json(body, EmbeddingsRequest)
         if request.input is msgspec.UNSET or request.input in ("", []):
             raise invalid_request("`input` must be a non-empty string or array.", param="input")
-        model = deps.registry.resolve(request.model)
-        call.ctx.model = model.id
-        call.check_model_allowed(model)
-        supports = model.provider.supports
-        if model.provider.kind == "anthropic" or (
-            supports is not None and "embeddings" not in supports
-        ):
-            raise capability_missing(model, "embeddings")
-        price = require_price(model, output=False)
-        await call.admit(deps.limiter)
+        model, price = await admit_model(call, deps, request.model, capability="embeddings")
         client = deps.upstreams.get(model.provider.name)
         upstream_body = rewrite_request(body, model=model.upstream, force_include_usage=False)
         try:

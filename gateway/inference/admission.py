@@ -1,0 +1,32 @@
+"""The steps between a parsed request and its upstream call, shared by the inference routes:
+which model, may this key use it, does its provider do this, what does it cost, rate limit."""
+
+from __future__ import annotations
+
+from gateway.config import ModelConfig
+from gateway.inference.call import Call
+from gateway.inference.deps import InferenceDeps
+from gateway.model_registry import ResolvedModel, capability_missing, require_price
+
+# What each provider kind can do at all; `supports` in [[providers]] narrows it further.
+_KIND_CAPABILITIES = {"anthropic": frozenset({"chat"})}
+_DESCRIPTIONS = {"chat": "chat completions", "embeddings": "embeddings"}
+
+
+async def admit_model(
+    call: Call, deps: InferenceDeps, name: str, *, capability: str
+) -> tuple[ResolvedModel, ModelConfig]:
+    """The resolved model and its price, once the request may go upstream; APIError otherwise
+    (404 unknown model, 403 not allowed, 400 unsupported or unpriced, 429 rate limited)."""
+    model = deps.registry.resolve(name)
+    call.ctx.model = model.id
+    call.check_model_allowed(model)
+    kind_can = _KIND_CAPABILITIES.get(model.provider.kind)
+    supports = model.provider.supports
+    if (kind_can is not None and capability not in kind_can) or (
+        supports is not None and capability not in supports
+    ):
+        raise capability_missing(model, _DESCRIPTIONS[capability])
+    price = require_price(model, output=capability == "chat")
+    await call.admit(deps.limiter)
+    return model, price
