@@ -90,8 +90,8 @@ def _record(row: Row) -> KeyRecord:
 
 def _params(record: KeyRecord) -> dict[str, object]:
     values: dict[str, object] = {f.name: getattr(record, f.name) for f in fields(record)}
-    for column in _JSON_COLUMNS:
-        values[column] = _dump_list(values[column])  # type: ignore[arg-type]
+    values["scopes"] = _dump_list(record.scopes)
+    values["allowed_models"] = _dump_list(record.allowed_models)
     return values
 
 

@@ -19,15 +19,23 @@ from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
 
 log = logging.getLogger("gateway.ratelimit")
-_last_warning = [0.0]
+_WARN_EVERY_S = 10.0
 
 
-def limiter_unavailable(exc: Exception) -> None:
-    """Log the outage at most every 10 s (it may hit every request)."""
-    now = time.monotonic()
-    if now - _last_warning[0] >= 10:
-        _last_warning[0] = now
-        log.warning("rate limiter unavailable, admitting without a limit: %s", exc)
+class _OutageLog:
+    """Logs a limiter outage at most every 10 s: it may hit every request."""
+
+    def __init__(self) -> None:
+        self._last = -_WARN_EVERY_S
+
+    def __call__(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last >= _WARN_EVERY_S:
+            self._last = now
+            log.warning("rate limiter unavailable, admitting without a limit: %s", exc)
+
+
+limiter_unavailable = _OutageLog()
 
 
 @dataclass

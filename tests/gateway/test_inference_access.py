@@ -130,3 +130,22 @@ async def test_models_list_and_retrieve(rig: Rig) -> None:
     assert missing.status_code == 404 and error_of(missing)["code"] == "model_not_found"
     wrong = await rig.gateway.client.delete("/v1/models", headers=auth)
     assert wrong.status_code == 405
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # coredis leaks streams on failed connects
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("backend", ["sqlite"])  # about the limiter store, not the database
+async def test_rate_limiter_outage_fails_open(database_url: str, tmp_path: Path) -> None:
+    async with inference_rig(
+        database_url, tmp_path, GATEWAY_REDIS_URL="redis://127.0.0.1:1/0"
+    ) as rig:
+        key = (await create_key(rig.gateway, name="limited", rate_limit_rpm=1))["key"]
+        body = {"model": "small", "messages": MESSAGES, "max_tokens": 1}
+        for _ in range(3):
+            r = await rig.chat(body, key=key)
+            assert r.status_code == 200  # admitted without a limit while the store is down
+            assert "x-ratelimit-limit-requests" not in r.headers
+        assert rig.gateway.runtime.limiter.statistics()["unavailable"] == 3
+    import gc
+
+    gc.collect()
