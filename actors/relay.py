@@ -107,24 +107,28 @@ class StreamRelays(Actor):
         decoder = SSEDecoder()
         try:
             async with out:
+                batch: list[bytes] = []
                 try:
                     with mapped_errors(provider):
                         while raw := await response.next_chunk():
                             # Everything one upstream read yields goes over as one item:
                             # one task switch and one client write per read, not per frame.
                             batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
+                            stats.frames += len(batch)
+                            if response.complete:
+                                break  # the end rides with the last frames (one write)
                             if batch:
-                                stats.frames += len(batch)
                                 await out.send(b"".join(batch))
+                                batch = []
                     if not frames.finished:
                         raise UpstreamProtocolError("the upstream stream ended early")
-                    closing = frames.finish()
+                    closing = batch + frames.finish()
                 except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
                     stats.broken += 1
                     code = (
                         "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
                     )
-                    closing = [error_frame(_describe(exc), code=code), DONE]
+                    closing = [*batch, error_frame(_describe(exc), code=code), DONE]
                 else:
                     stats.completed += 1
                 if closing:

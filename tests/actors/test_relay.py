@@ -32,6 +32,8 @@ def _frame(i: int) -> bytes:
 class EndlessBody:
     """An upstream that would stream forever; counts how often it was read."""
 
+    complete = False  # never ends
+
     def __init__(self) -> None:
         self.reads = 0
 
@@ -44,6 +46,10 @@ class EndlessBody:
 class ScriptedBody:
     def __init__(self, parts: list[bytes | Exception]) -> None:
         self._parts = parts
+
+    @property
+    def complete(self) -> bool:
+        return False  # its end shows as b"" (or an error), as a close-delimited body does
 
     async def next_chunk(self) -> bytes:
         await trio.lowlevel.checkpoint()
