@@ -17,19 +17,16 @@ for the grace period before cancelling them.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
-from email.utils import formatdate
 from functools import partial
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import trio
 
+from gateway.http1_connection import REASONS, ClientGone, Connection, Exchange
 from gateway.middleware import ASGIApp, Message
 from protocol.http1 import (
-    BodyReader,
     HTTPProtocolError,
     RequestHead,
     parse_request_head,
@@ -37,222 +34,10 @@ from protocol.http1 import (
 )
 
 log = logging.getLogger("gateway.http")
-_RECEIVE = 65536
-_DISCARD_LIMIT = 1024 * 1024  # unread request body worth reading past to keep the connection
-_DISCARD_S = 2.0
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _BAD_REQUEST_BODY = (
     b'{"error":{"message":"Malformed HTTP request.","type":"invalid_request_error",'
     b'"param":null,"code":"bad_request"}}'
 )
-
-
-class _Date:
-    """The Date header, formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = b""
-
-    def value(self) -> bytes:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = formatdate(now, usegmt=True).encode()
-        return self._value
-
-
-_date = _Date()
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _Exchange:
-    """One request/response on a connection: the ASGI receive and send callables."""
-
-    def __init__(
-        self, conn: _Connection, head: RequestHead, body: BodyReader, leftover: bytes
-    ) -> None:
-        self._conn = conn
-        self._head = head
-        self._body = body
-        self._pending = self._feed(leftover) if leftover else b""
-        self._continue_due = head.expects_continue and not body.done
-        self._request_done = False
-        self.status: int | None = None
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._chunked = False
-        self.started = False  # head written
-        self.finished = False  # whole response written
-        self.keep_alive = head.keep_alive
-
-    def _feed(self, raw: bytes) -> bytes:
-        data = self._body.feed(raw)
-        if self._body.excess:  # the next request's first bytes: keep them for it
-            self._conn.buffer += self._body.excess
-            self._body.excess = b""
-        return data
-
-    async def receive(self) -> Message:
-        if not self._request_done:
-            if self._pending or self._body.done:
-                data, self._pending = self._pending, b""
-                self._request_done = self._body.done
-                return {"type": "http.request", "body": data, "more_body": not self._body.done}
-            if self._continue_due:
-                self._continue_due = False
-                await self._conn.write(_CONTINUE)
-            while True:
-                raw = await self._conn.read()
-                if not raw:
-                    self._conn.closed = True
-                    return {"type": "http.disconnect"}
-                try:
-                    data = self._feed(raw)
-                except HTTPProtocolError:
-                    self.keep_alive = False
-                    return {"type": "http.disconnect"}
-                if data or self._body.done:
-                    self._request_done = self._body.done
-                    return {"type": "http.request", "body": data, "more_body": not self._body.done}
-        # The body was read: the next message is the client leaving.
-        await self._conn.wait_closed()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            self.status = int(message["status"])
-            self._headers = list(message.get("headers", ()))
-            return
-        if kind != "http.response.body" or self.finished or self._conn.closed:
-            return
-        body: bytes = message.get("body", b"")
-        more = bool(message.get("more_body", False))
-        out: list[bytes] = []
-        if not self.started:
-            out.append(self._encode_head(len(body) if not more else None))
-            self.started = True
-        if self._head.method == "HEAD":
-            body = b""
-        if self._chunked:
-            if body:
-                out += [b"%x\r\n" % len(body), body, b"\r\n"]
-            if not more:
-                out.append(b"0\r\n\r\n")
-        elif body:
-            out.append(body)
-        if not more:
-            self.finished = True
-        if out:
-            await self._conn.write(b"".join(out))
-
-    def _encode_head(self, whole_length: int | None) -> bytes:
-        status = self.status or 500
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b""))]
-        has_length = False
-        for name, value in self._headers:
-            lowered = name.lower()
-            if lowered == b"content-length":
-                has_length = True
-            elif lowered == b"connection" and b"close" in value.lower():
-                self.keep_alive = False
-            lines += [name, b": ", value, b"\r\n"]
-        if not has_length:
-            if whole_length is not None:
-                lines.append(b"content-length: %d\r\n" % whole_length)
-            elif self._head.http_version == "1.1":
-                self._chunked = True
-                lines.append(b"transfer-encoding: chunked\r\n")
-            else:
-                self.keep_alive = False
-        if not self.keep_alive or self._conn.draining():
-            self.keep_alive = False
-            lines.append(b"connection: close\r\n")
-        lines += [b"date: ", _date.value(), b"\r\n\r\n"]
-        return b"".join(lines)
-
-    async def discard_body(self) -> None:
-        """Read and drop the rest of a small request body the app did not read (say, it
-        answered 401 first), so the connection stays usable; large ones are left unread."""
-        if self._continue_due:
-            return  # the client waits for 100 Continue: it will not send the body at all
-        with trio.move_on_after(_DISCARD_S):
-            dropped = len(self._pending)
-            self._pending = b""
-            while not self._body.done and dropped <= _DISCARD_LIMIT:
-                raw = await self._conn.read()
-                if not raw:
-                    self._conn.closed = True
-                    return
-                try:
-                    dropped += len(self._feed(raw))
-                except HTTPProtocolError:
-                    return
-            self._request_done = self._body.done
-
-    @property
-    def request_done(self) -> bool:
-        return self._request_done
-
-    @property
-    def client_gone(self) -> bool:
-        return self._conn.closed
-
-
-class _Connection:
-    def __init__(self, stream: trio.SocketStream, server: Http1Server) -> None:
-        self.stream = stream
-        self.server = server
-        self.buffer = b""
-        self.closed = False
-
-    def draining(self) -> bool:
-        return self.server.draining.is_set()
-
-    async def read(self) -> bytes:
-        if self.buffer:
-            data, self.buffer = self.buffer, b""
-            return data
-        return await self.read_more()
-
-    async def wait_closed(self) -> None:
-        """Until the client closes (bytes of a next request are kept for later)."""
-        while not self.closed:
-            data = await self.read_more()
-            if not data:
-                self.closed = True
-                return
-            self.buffer += data
-
-    async def read_more(self) -> bytes:
-        """Bytes from the socket (b"" once closed). One reader at a time: the app reads the
-        body or waits for the disconnect, never both at once (trio raises if that breaks)."""
-        try:
-            return await self.stream.receive_some(_RECEIVE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            return b""
-
-    async def linger(self) -> None:
-        """Close our side, then read and drop what the client still sends for a moment, so
-        closing with unread bytes does not reset the connection before it read our answer."""
-        with trio.move_on_after(_DISCARD_S):
-            try:
-                await self.stream.send_eof()
-                while await self.read_more():
-                    pass
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
-
-    async def write(self, data: bytes) -> None:
-        try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self.closed = True
-            raise _ClientGone from None
 
 
 class Http1Server:
@@ -307,14 +92,14 @@ class Http1Server:
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.connections += 1
-        conn = _Connection(stream, self)
+        conn = Connection(stream, self.draining)
         try:
             await self._serve_connection(conn)
         finally:
             self.connections -= 1
             await trio.aclose_forcefully(stream)
 
-    async def _serve_connection(self, conn: _Connection) -> None:
+    async def _serve_connection(self, conn: Connection) -> None:
         scope_base = _scope_base(conn.stream)
         served = 0
         while not self.draining.is_set() and served < self._max_requests:
@@ -327,7 +112,7 @@ class Http1Server:
                 return
             head, leftover = request
             served += 1
-            exchange = _Exchange(conn, head, request_body_reader(head), leftover)
+            exchange = Exchange(conn, head, request_body_reader(head), leftover)
             await self._run_app(exchange, head, scope_base)
             if exchange.finished and not exchange.request_done:
                 await exchange.discard_body()
@@ -336,7 +121,7 @@ class Http1Server:
                     await conn.linger()
                 return
 
-    async def _read_head(self, conn: _Connection) -> tuple[RequestHead, bytes] | None:
+    async def _read_head(self, conn: Connection) -> tuple[RequestHead, bytes] | None:
         """The next request's head and the bytes after it; None when the client closed, or
         stayed idle past the keep-alive timeout, or the server drains while it is idle (a
         request that has begun arriving is not cut by draining)."""
@@ -357,7 +142,7 @@ class Http1Server:
             return head, bytes(data[offset:])
         return None
 
-    async def _run_app(self, exchange: _Exchange, head: RequestHead, base: dict[str, Any]) -> None:
+    async def _run_app(self, exchange: Exchange, head: RequestHead, base: dict[str, Any]) -> None:
         raw_path, _, query = head.target.partition(b"?")
         scope = {
             **base,
@@ -370,7 +155,7 @@ class Http1Server:
         }
         try:
             await self._app(scope, exchange.receive, exchange.send)
-        except _ClientGone:
+        except ClientGone:
             return
         except Exception:
             log.exception("unhandled error in the app on %s %s", head.method, scope["path"])
@@ -379,7 +164,7 @@ class Http1Server:
             try:
                 await exchange.send({"type": "http.response.start", "status": 500, "headers": []})
                 await exchange.send({"type": "http.response.body", "body": b""})
-            except _ClientGone:
+            except ClientGone:
                 pass
 
 
@@ -400,14 +185,14 @@ def _scope_base(stream: trio.SocketStream) -> dict[str, Any]:
     }
 
 
-async def _reject(conn: _Connection, status: int) -> None:
-    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
+async def _reject(conn: Connection, status: int) -> None:
+    head = b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status])
     try:
         await conn.write(
             head + b"content-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (len(_BAD_REQUEST_BODY), _BAD_REQUEST_BODY)
         )
-    except _ClientGone:
+    except ClientGone:
         pass
 
 
