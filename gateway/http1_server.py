@@ -1,15 +1,15 @@
 """A lean HTTP/1.1 ASGI server for the gateway, on Trio.
 
-Why (docs/decisions.md, "HTTP/1.1 server"): on this machine Hypercorn's h11 path costs about
-1.6 ms of CPU per request before the app runs — a bare ASGI app behind it tops out near 600
-req/s on one core, below the gateway's own targets. This server does only what the gateway
-needs: keep-alive, Content-Length and chunked request bodies, `Expect: 100-continue`,
-responses written in as few sends as possible (head and first body part together), streaming
-with chunked encoding, `http.disconnect` when the client leaves, lifespan, and graceful drain.
-No pipelining (a pipelined request is read after the current response), no h2, no TLS:
-`[server] http_server = "hypercorn"` serves those.
+Why (docs/decisions.md, "HTTP/1.1 upstream client and server"): on this machine Hypercorn's
+h11 path costs about 1.6 ms of CPU per request before the app runs — a bare ASGI app behind it
+tops out near 600 req/s on one core, below the gateway's own targets. This server does only
+what the gateway needs: keep-alive, Content-Length and chunked request bodies,
+`Expect: 100-continue`, responses written in as few sends as possible (head and first body
+part together), streaming with chunked encoding, `http.disconnect` when the client leaves,
+lifespan, and graceful drain. No pipelining (a pipelined request is read after the current
+response), no h2, no TLS: `[server] http_server = "hypercorn"` serves those.
 
-Cancellation: cancelling `serve_http1` closes every connection at once; the drain path
+Cancellation: cancelling `Http1Server.serve` closes every connection at once; the drain path
 (shutdown trigger) stops accepting, closes idle connections, and lets in-flight requests run
 for the grace period before cancelling them.
 """

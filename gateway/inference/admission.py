@@ -8,8 +8,10 @@ from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.model_registry import ResolvedModel, capability_missing, require_price
 
-# What each provider kind can do at all; `supports` in [[providers]] narrows it further.
-_KIND_CAPABILITIES = {"anthropic": frozenset({"chat"})}
+# What each provider kind can do through the gateway so far; `supports` in [[providers]]
+# narrows it further. openai, ollama and vllm speak the OpenAI wire format (no entry: all).
+# Cohere's own format arrives with rerank; until then nothing is routed to it.
+_KIND_CAPABILITIES = {"anthropic": frozenset({"chat"}), "cohere": frozenset[str]()}
 _DESCRIPTIONS = {"chat": "chat completions", "embeddings": "embeddings"}
 
 

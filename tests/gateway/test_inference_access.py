@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.gateway.keys_client import create_key, error_of
 from tests.inference import Rig, inference_rig
@@ -144,3 +145,37 @@ async def test_rate_limiter_outage_fails_open(database_url: str, tmp_path: Path)
             assert r.status_code == 200  # admitted without a limit while the store is down
             assert "x-ratelimit-limit-requests" not in r.headers
         assert rig.gateway.runtime.limiter.statistics()["unavailable"] == 3
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # about routing, not storage
+async def test_a_provider_kind_without_a_translation_is_refused(
+    database_url: str, tmp_path: Path
+) -> None:
+    from bench.upstream import serve_upstream
+    from tests.harness import gateway_config, running_gateway
+
+    async with trio.open_nursery() as nursery:
+        upstream = await nursery.start(serve_upstream)
+        toml = f"""
+[[providers]]
+name = "co"
+kind = "cohere"
+base_url = "{upstream.url}/v1"
+
+[[models]]
+id = "command"
+provider = "co"
+upstream = "command-r"
+input_usd_per_mtok = 1
+output_usd_per_mtok = 1
+"""
+        async with running_gateway(gateway_config(database_url, tmp_path, toml=toml)) as gw:
+            key = (await create_key(gw, name="k"))["key"]
+            r = await gw.client.post(
+                "/v1/chat/completions",
+                json={"model": "command", "messages": MESSAGES},
+                headers=gw.auth(key),
+            )
+            assert r.status_code == 400 and error_of(r)["code"] == "unsupported_model"
+        assert upstream.requests == []
+        nursery.cancel_scope.cancel()
