@@ -1,6 +1,6 @@
-"""Stream relays: one per streamed request, reading the upstream's SSE body, translating it
-into the client's `chat.completion.chunk` frames, and handing them over a bounded channel
-(the frames of one upstream read travel together).
+"""Stream relays: one per streamed request, opening the upstream stream, reading its SSE body,
+translating it into the client's `chat.completion.chunk` frames, and handing them over a
+bounded channel (the frames of one upstream read travel together).
 
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
@@ -18,7 +18,7 @@ import trio
 
 from actors.base import Actor
 from actors.http1_pool import Response
-from actors.upstream import UpstreamError, UpstreamTimeout, mapped_errors
+from actors.upstream import UpstreamClient, UpstreamError, UpstreamTimeout, mapped_errors
 from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, error_frame
 from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
 from protocol.usage import Usage
@@ -74,7 +74,8 @@ class RelayStats:
 
 class StreamRelays(Actor):
     """The home of every stream relay of this instance: counts them for the actor tree.
-    Relays run in their request's own task group (their lifetime is the request's)."""
+    Relays run in their request's own task group (their lifetime is the request's): the relay
+    task starts before the upstream call, so the body is relayed as soon as it arrives."""
 
     def __init__(self) -> None:
         self.name = "stream-relays"
@@ -96,48 +97,64 @@ class StreamRelays(Actor):
 
     async def relay(
         self,
+        client: UpstreamClient,
+        path: str,
+        body: bytes,
+        frames: FrameSource,
+        out: trio.MemorySendChannel[bytes],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Open the upstream stream, report `started()` once its head arrived (2xx), then relay
+        it to its end and close `out`. Before `started()`, upstream failures are raised (the
+        caller answers them as JSON errors); after it, they end the stream with an error frame
+        and `[DONE]`. The relay owns the upstream response: leaving, or being cancelled (the
+        client left), closes it at once."""
+        stats = self.stats
+        async with out, client.stream(path, body) as response:
+            task_status.started()
+            stats.active += 1
+            try:
+                await self._run(client.name, response, frames, out)
+            except trio.Cancelled:
+                stats.cancelled += 1
+                raise
+            finally:
+                stats.active -= 1
+
+    async def _run(
+        self,
         provider: str,
         response: Response,
         frames: FrameSource,
         out: trio.MemorySendChannel[bytes],
     ) -> None:
-        """Run one relay to its end; closes `out` when done. Cancellation stops it at once."""
         stats = self.stats
-        stats.active += 1
         decoder = SSEDecoder()
+        batch: list[bytes] = []
         try:
-            async with out:
-                batch: list[bytes] = []
-                try:
-                    with mapped_errors(provider):
-                        while raw := await response.next_chunk():
-                            # Everything one upstream read yields goes over as one item:
-                            # one task switch and one client write per read, not per frame.
-                            batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
-                            stats.frames += len(batch)
-                            if response.complete:
-                                break  # the end rides with the last frames (one write)
-                            if batch:
-                                await out.send(b"".join(batch))
-                                batch = []
-                    if not frames.finished:
-                        raise UpstreamProtocolError("the upstream stream ended early")
-                    closing = batch + frames.finish()
-                except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
-                    stats.broken += 1
-                    code = (
-                        "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
-                    )
-                    closing = [*batch, error_frame(_describe(exc), code=code), DONE]
-                else:
-                    stats.completed += 1
-                if closing:
-                    await out.send(b"".join(closing))
-        except trio.Cancelled:
-            stats.cancelled += 1
-            raise
-        finally:
-            stats.active -= 1
+            with mapped_errors(provider):
+                while raw := await response.next_chunk():
+                    # Everything one upstream read yields goes over as one item:
+                    # one task switch and one client write per read, not per frame.
+                    batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
+                    stats.frames += len(batch)
+                    if response.complete:
+                        break  # the end rides with the last frames (one write)
+                    if batch:
+                        await out.send(b"".join(batch))
+                        batch = []
+            if not frames.finished:
+                raise UpstreamProtocolError("the upstream stream ended early")
+            closing = batch + frames.finish()
+        except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
+            stats.broken += 1
+            code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+            closing = [*batch, error_frame(_describe(exc), code=code), DONE]
+        else:
+            stats.completed += 1
+        if closing:
+            await out.send(b"".join(closing))
 
 
 def _describe(exc: Exception) -> str:

@@ -149,21 +149,21 @@ class ChatCompletions:
         pump = Pump(call.send, deps.sse_keepalive_s)
         failure: UpstreamError | None = None
         try:
-            async with trio.open_nursery() as outer:
-                outer.start_soon(cancel_on_disconnect, call.receive, outer.cancel_scope)
+            async with trio.open_nursery() as streams:
+                streams.start_soon(cancel_on_disconnect, call.receive, streams.cancel_scope)
+                send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
                 try:
-                    async with client.stream(path, upstream_body) as response:
-                        send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
-                        async with trio.open_nursery() as inner:
-                            inner.start_soon(
-                                deps.relays.relay, client.name, response, frames, send_ch
-                            )
-                            call.started = True
-                            await start_sse(call.scope, call.send, call.headers)
-                            await pump.run(recv_ch)
+                    await streams.start(
+                        deps.relays.relay, client, path, upstream_body, frames, send_ch
+                    )
                 except UpstreamError as exc:  # before any byte was sent: a JSON error
                     failure = exc
-                outer.cancel_scope.cancel()
+                    recv_ch.close()
+                else:
+                    call.started = True
+                    await start_sse(call.scope, call.send, call.headers)
+                    await pump.run(recv_ch)
+                streams.cancel_scope.cancel()
             if failure is not None:
                 raise to_api_error(failure) from None
         finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -61,6 +63,19 @@ class ScriptedBody:
         return part
 
 
+class FakeClient:
+    """Stands where the upstream client does: its stream() yields the scripted body."""
+
+    name = "sim"
+
+    def __init__(self, body: object) -> None:
+        self._body = body
+
+    @asynccontextmanager
+    async def stream(self, path: str, body: bytes) -> AsyncIterator[object]:
+        yield self._body
+
+
 def _frames() -> OpenAIFrames:
     return OpenAIFrames(ChunkRelay(model="sim/x", include_usage=False))
 
@@ -72,7 +87,7 @@ async def test_a_client_that_does_not_read_stops_the_upstream_reads(
     body = EndlessBody()
     send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        await nursery.start(relays.relay, FakeClient(body), "p", b"", _frames(), send)
         await trio.sleep(60)
         stalled_at = body.reads
         assert stalled_at <= CHANNEL_CAPACITY + 2  # the channel is full: no more reading
@@ -93,7 +108,7 @@ async def test_a_stream_cut_short_ends_with_an_error_frame_then_done() -> None:
     body = ScriptedBody([_frame(0) + _frame(1)])  # then the body ends without a finish
     send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        await nursery.start(relays.relay, FakeClient(body), "p", b"", _frames(), send)
         out = b"".join([item async for item in receive])
     frames = [f for f in out.split(b"\n\n") if f]
     assert frames[-1] == b"data: [DONE]"
@@ -108,6 +123,6 @@ async def test_a_transport_failure_midway_is_reported_in_the_stream() -> None:
     body = ScriptedBody([_frame(0), ConnectionBroken("reset")])
     send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(relays.relay, "sim", body, _frames(), send)  # type: ignore[arg-type]
+        await nursery.start(relays.relay, FakeClient(body), "p", b"", _frames(), send)
         out = b"".join([item async for item in receive])
     assert out.endswith(b"data: [DONE]\n\n") and b'"upstream_error"' in out
