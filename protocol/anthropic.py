@@ -19,10 +19,10 @@ from protocol.anthropic_request import to_messages_request
 from protocol.openai_chat import (
     CHUNK_OBJECT,
     UpstreamProtocolError,
+    closing_frames,
     new_completion_id,
-    usage_frame,
 )
-from protocol.sse import DONE, SSEEvent
+from protocol.sse import SSEEvent
 from protocol.usage import Usage, overlay_usage
 
 __all__ = [
@@ -290,12 +290,10 @@ class StreamTranslator:
         if self._closed:
             return []
         self._closed = True
-        if not (self.include_usage and self.usage is not None):
-            return [DONE]
         if self.id is None:
             self._start("")
         assert self.id is not None
-        return [usage_frame(self.id, self.created, self.model, self.usage), DONE]
+        return closing_frames(self.id, self.created, self.model, self.usage, self.include_usage)
 
     def _start(self, message_id: str) -> None:
         if self.id is not None:

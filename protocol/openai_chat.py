@@ -128,6 +128,16 @@ def usage_frame(chunk_id: str, created: int, model: str, usage: Usage) -> bytes:
     return data_event(msgspec.json.encode(chunk))
 
 
+def closing_frames(
+    chunk_id: str, created: int, model: str, usage: Usage | None, include_usage: bool
+) -> list[bytes]:
+    """The end of a stream: the usage chunk when the client asked and usage is known, then
+    `DONE` (shared by the OpenAI relay and the Anthropic translator)."""
+    if include_usage and usage is not None:
+        return [usage_frame(chunk_id, created, model, usage), DONE]
+    return [DONE]
+
+
 def error_frame(message: str, *, code: str) -> bytes:
     """The frame sent (before `DONE`) when a stream breaks after it started."""
     detail = ErrorDetail(message=message, type="upstream_error", param=None, code=code)
@@ -214,12 +224,10 @@ class ChunkRelay:
         if self._closed:
             return []
         self._closed = True
-        if not (self.include_usage and self.usage is not None):
-            return [DONE]
         if self.id is None:
             self._start(None, None)
         assert self.id is not None
-        return [usage_frame(self.id, self.created, self.model, self.usage), DONE]
+        return closing_frames(self.id, self.created, self.model, self.usage, self.include_usage)
 
     def _start(self, upstream_id: object, created: object) -> None:
         self.id = upstream_id if type(upstream_id) is str and upstream_id else new_completion_id()
