@@ -15,7 +15,7 @@ import trio
 
 from bench.http_client import Endpoint
 from bench.load import Scenario
-from bench.report import Row, terminal_table, write_csv, write_plots
+from bench.report import Row, terminal_table, workers_scaling, write_csv, write_plots
 from bench.suite import SuiteError, SuiteOptions, measure, raise_fd_limit, run_suite
 
 
@@ -53,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         "--slow-streams", type=int, default=1000, help="concurrent 1 chunk/s streams (0: skip)"
     )
     suite.add_argument("--out", type=Path, default=Path("bench/out"), help="CSV and PNG folder")
+    suite.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="compare this many gateway workers with one, unpinned, at the top concurrency "
+        "(below 2: skip)",
+    )
 
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
@@ -100,10 +107,10 @@ async def _run_target(args: argparse.Namespace) -> list[Row]:
             key = args.direct_api_key or args.api_key
             model = args.direct_model or args.model
             direct_sc = _scenario(args, c, "direct", args.direct_url, key, model)
-            direct, _ = await measure(direct_sc, progress=progress)
+            direct = (await measure(direct_sc, progress=progress)).result
             rows.append(Row.from_result(direct))
         target_sc = _scenario(args, c, "target", args.base_url, args.api_key, args.model)
-        target, _ = await measure(target_sc, progress=progress)
+        target = (await measure(target_sc, progress=progress)).result
         rows.append(Row.from_result(target, direct=direct))
     return rows
 
@@ -140,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 slow_streams=max(args.slow_streams, 0),
                 warmup_s=args.warmup,
                 progress=not args.no_progress,
+                workers=args.workers,
             )
             rows = trio.run(run_suite, options)
         else:
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: interrupted", file=sys.stderr)
         return 130
     print(terminal_table(rows), end="")
+    print(workers_scaling(rows), end="")
     if args.out is not None:
         _write_outputs(args.out, rows)
     return 1 if any(row.errors for row in rows) else 0

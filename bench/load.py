@@ -126,6 +126,15 @@ class LoadResult:
         return self._ms(self.ttfb_s, 99)
 
 
+@dataclass
+class Measured:
+    """A load run plus what was observed of the gateway meanwhile."""
+
+    result: LoadResult
+    peak_rss_mb: float | None = None
+    cpu_us_per_request: float | None = None  # gateway CPU over the measured window / requests
+
+
 class _Run:
     """The state shared by the workers of one run (one task at a time touches it: Trio)."""
 

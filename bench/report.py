@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TextIO
 
-from bench.load import LoadResult
+from bench.load import LoadResult, Measured
 
 SLOW_STREAMS = "slow-streams"  # its one point at N=1000 would flatten the concurrency plots
 
@@ -39,6 +39,7 @@ class Row:
     errors: int
     error_kinds: str  # "kind:count" separated by spaces, most common first
     gateway_peak_rss_mb: float | None
+    gateway_cpu_us_per_req: float | None = None  # the gateway's CPU time / requests measured
 
     @classmethod
     def from_result(
@@ -48,6 +49,7 @@ class Row:
         scenario: str | None = None,
         direct: LoadResult | None = None,
         gateway_peak_rss_mb: float | None = None,
+        gateway_cpu_us_per_req: float | None = None,
     ) -> Row:
         sc = result.scenario
         added = added_ttfb = None
@@ -70,6 +72,16 @@ class Row:
             errors=result.error_count,
             error_kinds=" ".join(f"{k}:{n}" for k, n in result.errors.most_common()),
             gateway_peak_rss_mb=gateway_peak_rss_mb,
+            gateway_cpu_us_per_req=gateway_cpu_us_per_req,
+        )
+
+    @classmethod
+    def from_measured(cls, measured: Measured, *, direct: LoadResult | None = None) -> Row:
+        return cls.from_result(
+            measured.result,
+            direct=direct,
+            gateway_peak_rss_mb=measured.peak_rss_mb,
+            gateway_cpu_us_per_req=measured.cpu_us_per_request,
         )
 
 
@@ -95,6 +107,7 @@ _COLUMNS = (
     "added ttfb ms",
     "errors",
     "gateway peak RSS MB",
+    "gateway CPU us/req",
 )
 
 
@@ -116,6 +129,7 @@ def terminal_table(results: Sequence[Row]) -> str:
                 _signed(r.added_ttfb_p50_ms),
                 errors,
                 _num(r.gateway_peak_rss_mb, 1),
+                _num(r.gateway_cpu_us_per_req, 0),
             ]
         )
     widths = [max(len(line[i]) for line in lines) for i in range(len(_COLUMNS))]
@@ -129,6 +143,21 @@ def terminal_table(results: Sequence[Row]) -> str:
         out.append("  ".join(cells).rstrip())
     out.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(out) + "\n"
+
+
+def workers_scaling(results: Sequence[Row]) -> str:
+    """`workers-N` rows against `workers-1` at the same mode: one line per mode, or ''."""
+    base = {r.mode: r for r in results if r.scenario == "workers-1"}
+    lines = []
+    for r in results:
+        one = base.get(r.mode)
+        if r.scenario.startswith("workers-") and r is not one and one is not None and one.rps:
+            n = r.scenario.removeprefix("workers-")
+            lines.append(
+                f"{r.mode} at concurrency {r.concurrency}: {n} workers "
+                f"{r.rps:.0f} req/s = {r.rps / one.rps:.2f}x one worker ({one.rps:.0f} req/s)"
+            )
+    return "".join(line + "\n" for line in lines)
 
 
 def write_csv(path: Path | str, rows: Iterable[Row]) -> None:
@@ -172,7 +201,10 @@ def write_plots(out_dir: Path | str, rows: Sequence[Row]) -> list[Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plotted = [r for r in rows if r.scenario != SLOW_STREAMS]
+    # Single points (slow streams at N, the workers comparison) would only clutter the lines.
+    plotted = [
+        r for r in rows if r.scenario != SLOW_STREAMS and not r.scenario.startswith("workers-")
+    ]
     modes = [m for m in ("json", "sse") if any(r.mode == m for r in plotted)] or ["json"]
     scenarios = list(dict.fromkeys(r.scenario for r in plotted))
     written = []

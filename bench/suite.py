@@ -30,7 +30,7 @@ from typing import BinaryIO
 import httpx
 import trio
 
-from bench.load import LoadResult, Scenario, run_load
+from bench.load import Measured, Scenario, run_load
 from bench.report import SLOW_STREAMS, Progress, Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,7 @@ class SuiteOptions:
     slow_chunk_interval_ms: float = 1000.0
     completion_tokens: int = 20
     progress: bool = True
+    workers: int = 2  # the scaling pass compares this many workers with one (below 2: skipped)
 
 
 @dataclass(frozen=True)
@@ -99,23 +100,62 @@ def proc_status_kb(pid: int, field: str) -> int | None:
     return None
 
 
-class RssSampler:
-    """Peak VmRSS of one process, sampled while `run` runs."""
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (a gateway with workers is a parent and its children)."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        try:
+            for task in os.listdir(f"/proc/{pids[i]}/task"):
+                with open(f"/proc/{pids[i]}/task/{task}/children") as fh:
+                    pids += [int(child) for child in fh.read().split()]
+        except OSError:
+            pass
+        i += 1
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time the processes have used so far (unreadable ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class Gauge:
+    """Peak VmRSS (summed over the process tree) sampled while `run` runs, and the CPU the
+    tree used in the measured window (after the warmup)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.peak_kb = 0
+        self.cpu_s: float | None = None
 
     def sample(self) -> None:
-        kb = proc_status_kb(self.pid, "VmRSS")
-        if kb is not None and kb > self.peak_kb:
+        kb = sum(proc_status_kb(p, "VmRSS") or 0 for p in process_tree(self.pid))
+        if kb > self.peak_kb:
             self.peak_kb = kb
 
-    async def run(self, interval_s: float = 0.1) -> None:
-        """Sample until cancelled."""
+    async def run(self, warmup_s: float, interval_s: float = 0.1) -> None:
+        """Sample until cancelled; CPU counts from `warmup_s` on (see `stop`)."""
+        deadline = trio.current_time() + warmup_s
+        self._cpu_start: float | None = None
         while True:
             self.sample()
+            if self._cpu_start is None and trio.current_time() >= deadline:
+                self._cpu_start = cpu_seconds(process_tree(self.pid))
             await trio.sleep(interval_s)
+
+    def stop(self) -> None:
+        self.sample()
+        start = getattr(self, "_cpu_start", None)
+        if start is not None:
+            self.cpu_s = cpu_seconds(process_tree(self.pid)) - start
 
 
 @dataclass
@@ -254,8 +294,10 @@ async def stack(
     completion_tokens: int,
     max_connections: int,
     keepalive: int,
+    workers: int = 1,
 ) -> AsyncIterator[Stack]:
-    """Upstream + gateway in `workdir`, ready, with a load key; both stopped on exit."""
+    """Upstream + gateway (`workers` processes) in `workdir`, ready, with a load key; both
+    stopped on exit."""
     _make_dir(workdir)
     upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
     upstream_argv += ["--completion-tokens", str(completion_tokens)]
@@ -286,6 +328,7 @@ async def stack(
             GATEWAY_LOG_LEVEL="WARNING",
         )
         gateway_argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+        gateway_argv += ["--workers", str(workers)]
         async with child(
             "gateway", gateway_argv, log=workdir / "gateway.log", cpu=gateway_cpu, env=env
         ) as gateway:
@@ -295,29 +338,31 @@ async def stack(
 
 
 async def measure(
-    scenario: Scenario, *, rss_pid: int | None = None, progress: bool = True
-) -> tuple[LoadResult, float | None]:
-    """Run one scenario (with a progress line); returns it and the peak VmRSS (MB) of
-    `rss_pid` sampled during the run."""
+    scenario: Scenario, *, gateway_pid: int | None = None, progress: bool = True
+) -> Measured:
+    """Run one scenario (with a progress line); with `gateway_pid`, also the gateway's peak
+    RSS and CPU per request (its whole process tree)."""
     bar = Progress(
         f"{scenario.name:<8} {'sse' if scenario.stream else 'json':<4} c={scenario.concurrency:<5}",
         total=scenario.requests,
         duration_s=(scenario.duration_s or 0) + scenario.warmup_s,
         stream=None if progress else io.StringIO(),  # not a terminal: silent
     )
-    sampler = RssSampler(rss_pid) if rss_pid is not None else None
+    gauge = Gauge(gateway_pid) if gateway_pid is not None else None
     try:
         async with trio.open_nursery() as nursery:
-            if sampler is not None:
-                nursery.start_soon(sampler.run)
+            if gauge is not None:
+                nursery.start_soon(gauge.run, scenario.warmup_s)
             result = await run_load(scenario, on_progress=bar.update)
             nursery.cancel_scope.cancel()
     finally:
         bar.close()
-    if sampler is None:
-        return result, None
-    sampler.sample()
-    return result, sampler.peak_kb / 1024
+    if gauge is None:
+        return Measured(result)
+    gauge.stop()
+    done = result.completed + result.error_count
+    per_request = gauge.cpu_s * 1e6 / done if gauge.cpu_s is not None and done else None
+    return Measured(result, gauge.peak_kb / 1024, per_request)
 
 
 async def run_suite(options: SuiteOptions) -> list[Row]:
@@ -345,6 +390,9 @@ async def run_suite(options: SuiteOptions) -> list[Row]:
                         rows += await _pair(s, options, mode == "sse", concurrency)
             if options.slow_streams > 0:
                 rows.append(await _slow_streams(Path(tmp) / "slow", cpus, options))
+            if options.workers >= 2:
+                os.sched_setaffinity(0, own_affinity)
+                rows += await _workers_scaling(Path(tmp) / "scaling", options)
     finally:
         os.sched_setaffinity(0, own_affinity)
     return rows
@@ -369,14 +417,11 @@ async def _pair(s: Stack, options: SuiteOptions, stream: bool, concurrency: int)
         base_url=s.gateway.url.rstrip("/") + "/v1",
         api_key=s.gateway_key,
     )
-    direct, _ = await measure(direct_sc, progress=options.progress)
-    gateway, peak = await measure(
-        gateway_sc, rss_pid=s.gateway.process.pid, progress=options.progress
+    direct = await measure(direct_sc, progress=options.progress)
+    gateway = await measure(
+        gateway_sc, gateway_pid=s.gateway.process.pid, progress=options.progress
     )
-    return [
-        Row.from_result(direct),
-        Row.from_result(gateway, direct=direct, gateway_peak_rss_mb=peak),
-    ]
+    return [Row.from_result(direct.result), Row.from_measured(gateway, direct=direct.result)]
 
 
 async def _slow_streams(workdir: Path, cpus: CpuPlan | None, options: SuiteOptions) -> Row:
@@ -405,7 +450,44 @@ async def _slow_streams(workdir: Path, cpus: CpuPlan | None, options: SuiteOptio
             timeout_s=stream_s + 30.0,
         )
         pid = s.gateway.process.pid
-        result, sampled = await measure(scenario, rss_pid=pid, progress=options.progress)
+        measured = await measure(scenario, gateway_pid=pid, progress=options.progress)
         hwm_kb = proc_status_kb(pid, "VmHWM")
-        peak = max(sampled or 0.0, (hwm_kb or 0) / 1024) or None
-    return Row.from_result(result, gateway_peak_rss_mb=peak)
+        measured.peak_rss_mb = max(measured.peak_rss_mb or 0.0, (hwm_kb or 0) / 1024) or None
+    return Row.from_measured(measured)
+
+
+def workers_scenario(workers: int) -> str:
+    return f"workers-{workers}"
+
+
+async def _workers_scaling(workdir: Path, options: SuiteOptions) -> list[Row]:
+    """One gateway worker, then `options.workers`, at the top concurrency, nothing pinned: every
+    process (upstream and load driver included) shares every CPU, as in production."""
+    top = max(options.concurrency, default=1)
+    rows = []
+    for workers in (1, options.workers):
+        async with stack(
+            workdir / str(workers),
+            None,
+            chunk_interval_ms=None,
+            completion_tokens=options.completion_tokens,
+            max_connections=top + 64,
+            keepalive=top + 64,
+            workers=workers,
+        ) as s:
+            for mode in options.modes:
+                scenario = Scenario(
+                    workers_scenario(workers),
+                    s.gateway.url.rstrip("/") + "/v1",
+                    s.gateway_key,
+                    MODEL,
+                    mode == "sse",
+                    top,
+                    duration_s=options.duration_s,
+                    warmup_s=options.warmup_s,
+                    max_tokens=options.completion_tokens,
+                )
+                pid = s.gateway.process.pid
+                measured = await measure(scenario, gateway_pid=pid, progress=options.progress)
+                rows.append(Row.from_measured(measured))
+    return rows

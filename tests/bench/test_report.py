@@ -14,6 +14,7 @@ from bench.report import (
     Row,
     read_csv,
     terminal_table,
+    workers_scaling,
     write_csv,
     write_plots,
 )
@@ -39,7 +40,11 @@ def sample_rows() -> list[Row]:
             rows.append(Row.from_result(direct, scenario="direct"))
             rows.append(
                 Row.from_result(
-                    gateway, scenario="gateway", direct=direct, gateway_peak_rss_mb=61.25
+                    gateway,
+                    scenario="gateway",
+                    direct=direct,
+                    gateway_peak_rss_mb=61.25,
+                    gateway_cpu_us_per_req=412.4,
                 )
             )
     slow = result(True, 1000, [20000.0] * 4)
@@ -76,6 +81,7 @@ def test_terminal_table_has_columns_and_values() -> None:
         "added p50 ms",
         "errors",
         "gateway peak RSS MB",
+        "gateway CPU us/req",
     ):
         assert column in header
     assert set(lines[1]) <= {"-", " "}
@@ -85,8 +91,8 @@ def test_terminal_table_has_columns_and_values() -> None:
     assert "2.75" in gateway_sse_64
     assert "+0.75" in gateway_sse_64
     assert "3 (status_502:2 timeout:1)" in gateway_sse_64
-    assert gateway_sse_64.endswith("61.2")
-    assert lines[-1].startswith(SLOW_STREAMS) and lines[-1].endswith("98.5")
+    assert gateway_sse_64.endswith("61.2                 412")
+    assert lines[-1].startswith(SLOW_STREAMS) and lines[-1].endswith("98.5                   -")
     # Aligned: every right-aligned column ends at the same offset as its header.
     end = header.index("req/s") + len("req/s")
     assert all(line[end - 1] != " " for line in lines[2:])
@@ -158,3 +164,21 @@ def test_progress_by_time() -> None:
 def test_error_kinds_keep_counter_order() -> None:
     res = result(False, 1, [1.0], errors=Counter({"connect": 1, "stream_cut": 5}))
     assert Row.from_result(res).error_kinds == "stream_cut:5 connect:1"
+
+
+def test_workers_scaling_compares_each_mode_with_one_worker() -> None:
+    def row(name: str, stream: bool, latencies: list[float]) -> Row:
+        return Row.from_result(result(stream, 64, latencies), scenario=name)
+
+    rows = [
+        row("workers-1", False, [1.0] * 4),  # 8 req/s
+        row("workers-1", True, [1.0] * 2),  # 4 req/s
+        row("workers-2", False, [1.0] * 6),  # 12 req/s
+        row("workers-2", True, [1.0] * 7),  # 14 req/s
+        row("gateway", False, [1.0] * 100),
+    ]
+    assert workers_scaling(rows) == (
+        "json at concurrency 64: 2 workers 12 req/s = 1.50x one worker (8 req/s)\n"
+        "sse at concurrency 64: 2 workers 14 req/s = 3.50x one worker (4 req/s)\n"
+    )
+    assert workers_scaling(rows[2:]) == ""  # nothing to compare with
