@@ -103,15 +103,16 @@ class StreamRelays(Actor):
         frames: FrameSource,
         out: trio.MemorySendChannel[bytes],
         *,
+        api_key: str | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Open the upstream stream, report `started()` once its head arrived (2xx), then relay
         it to its end and close `out`. Before `started()`, upstream failures are raised (the
         caller answers them as JSON errors); after it, they end the stream with an error frame
         and `[DONE]`. The relay owns the upstream response: leaving, or being cancelled (the
-        client left), closes it at once."""
+        client left), closes it at once. `api_key`: the org's own key (bring-your-own-key)."""
         stats = self.stats
-        async with out, client.stream(path, body) as response:
+        async with out, client.stream(path, body, api_key=api_key) as response:
             task_status.started()
             stats.active += 1
             try:

@@ -15,7 +15,7 @@ the measurement that replaced httpx here.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import trio
@@ -105,27 +105,54 @@ class UpstreamClient:
     def __repr__(self) -> str:
         return f"<UpstreamClient {self.name} ({self.kind}) in_flight={self.stats.in_flight}>"
 
-    async def post_json(self, path: str, body: bytes) -> tuple[bytes, dict[str, str]]:
+    async def post_json(
+        self, path: str, body: bytes, *, api_key: str | None = None
+    ) -> tuple[bytes, dict[str, str]]:
         """POST and read the whole answer; non-2xx raises UpstreamStatusError.
+        `api_key` replaces the configured key for this call (bring-your-own-key).
         Cancellation closes the request's connection."""
-        async with self.stream(path, body, accept="application/json") as response:
+        async with self.stream(path, body, accept="application/json", api_key=api_key) as response:
             with mapped_errors(self.name):
                 content = await response.read()
             return content, response.headers
 
-    @asynccontextmanager
-    async def stream(
-        self, path: str, body: bytes, *, accept: str = "text/event-stream"
-    ) -> AsyncIterator[Response]:
+    async def get_json(self, path: str, *, api_key: str | None = None) -> bytes:
+        """GET and read the whole answer (e.g. `models`, to check a key); non-2xx raises
+        UpstreamStatusError. Cancellation closes the request's connection."""
+        async with self._request("GET", path, b"", "application/json", api_key) as response:
+            with mapped_errors(self.name):
+                return await response.read()
+
+    def stream(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        accept: str = "text/event-stream",
+        api_key: str | None = None,
+    ) -> AbstractAsyncContextManager[Response]:
         """POST and yield the response once its headers arrived (2xx only); the body is read
         by the caller. Leaving the block closes the response — before its end, that closes
-        the connection, which is what stops the provider generating."""
+        the connection, which is what stops the provider generating. `api_key` replaces the
+        configured key for this call."""
+        return self._request("POST", path, body, accept, api_key)
+
+    def _headers_for(self, accept: str, api_key: str | None) -> bytes:
+        if api_key is None:  # the common case: headers built once, at start
+            return self._headers[accept]
+        common = _auth_headers(self.kind, api_key)
+        return format_headers({**common, "Content-Type": "application/json", "Accept": accept})
+
+    @asynccontextmanager
+    async def _request(
+        self, method: str, path: str, body: bytes, accept: str, api_key: str | None
+    ) -> AsyncIterator[Response]:
         self.stats.requests += 1
         self.stats.in_flight += 1
         try:
             with mapped_errors(self.name):
-                headers = self._headers[accept]
-                async with self._pool.request("POST", "/" + path, headers, body) as response:
+                headers = self._headers_for(accept, api_key)
+                async with self._pool.request(method, "/" + path, headers, body) as response:
                     status = response.status
                     self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
                     if status >= 300:

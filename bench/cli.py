@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     suite.add_argument("--out", type=Path, default=Path("bench/out"), help="CSV and PNG folder")
     suite.add_argument(
+        "--no-billing",
+        action="store_true",
+        help="run the gateway with [billing] enabled = false (compare the cost of billing)",
+    )
+    suite.add_argument(
         "--workers",
         type=int,
         default=2,
@@ -148,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup_s=args.warmup,
                 progress=not args.no_progress,
                 workers=args.workers,
+                billing=not args.no_billing,
             )
             rows = trio.run(run_suite, options)
         else:

@@ -55,6 +55,7 @@ class SuiteOptions:
     completion_tokens: int = 20
     progress: bool = True
     workers: int = 2  # the scaling pass compares this many workers with one (below 2: skipped)
+    billing: bool = True  # off: the gateway neither reserves nor writes usage rows
 
 
 @dataclass(frozen=True)
@@ -239,11 +240,16 @@ async def child(
         await _stop(process)
 
 
-def gateway_config(upstream_base: str, *, max_connections: int, keepalive: int) -> str:
+def gateway_config(
+    upstream_base: str, *, max_connections: int, keepalive: int, billing: bool = True
+) -> str:
     return f"""\
 [server]
 access_log = false
 graceful_timeout_s = 5
+
+[billing]
+enabled = {"true" if billing else "false"}
 
 [[providers]]
 name = "sim"
@@ -295,6 +301,7 @@ async def stack(
     max_connections: int,
     keepalive: int,
     workers: int = 1,
+    billing: bool = True,
 ) -> AsyncIterator[Stack]:
     """Upstream + gateway (`workers` processes) in `workdir`, ready, with a load key; both
     stopped on exit."""
@@ -313,7 +320,9 @@ async def stack(
             upstream_base += "/v1"
         config = _write(
             workdir / "gateway.toml",
-            gateway_config(upstream_base, max_connections=max_connections, keepalive=keepalive),
+            gateway_config(
+                upstream_base, max_connections=max_connections, keepalive=keepalive, billing=billing
+            ),
         )
         alphabet = string.ascii_letters + string.digits
         management_key = "service_mgmt_bench-" + "".join(
@@ -384,6 +393,7 @@ async def run_suite(options: SuiteOptions) -> list[Row]:
                 completion_tokens=options.completion_tokens,
                 max_connections=top + 64,
                 keepalive=top + 64,
+                billing=options.billing,
             ) as s:
                 for mode in options.modes:
                     for concurrency in options.concurrency:

@@ -10,7 +10,7 @@ from gateway import errors
 from gateway.inference import app as inference
 from gateway.inference.deps import InferenceDeps
 from gateway.middleware import ASGIApp, RequestMiddleware
-from gateway.routes import keys, operations
+from gateway.routes import credits, keys, operations, provider_keys
 from gateway.routing import Operation, Routes
 from gateway.runtime import Runtime
 
@@ -32,6 +32,10 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
 
     registered += [
         keys.routes(runtime.storage, runtime.auth, runtime.hasher),
+        provider_keys.routes(
+            runtime.storage, runtime.auth, runtime.provider_keys, runtime.upstreams
+        ),
+        credits.routes(runtime.storage, runtime.auth, runtime.accountant, runtime.payments),
         operations.routes(
             runtime.storage.db, runtime.supervisor, runtime.auth, runtime.metrics, all_operations
         ),
@@ -48,6 +52,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         idempotency=runtime.storage.idempotency,
         max_body_bytes=server.max_request_body_bytes,
         sse_keepalive_s=server.sse_keepalive_s,
+        accountant=runtime.accountant if runtime.config.billing.enabled else None,
     )
     hot_path = inference.InferenceApp(app, deps)
     return RequestMiddleware(hot_path, runtime.metrics, log_requests=server.access_log)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from decimal import Decimal
 
 import trio
 
@@ -14,7 +15,9 @@ from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.logs import setup_logging
 from gateway.master_key import MasterKeyError
 from gateway.runtime import credential_hasher
+from protocol.billing import ADJUSTMENT
 from protocol.credentials import CredentialKind
+from protocol.money import micros_to_usd, usd_to_micros
 from storage.errors import StorageError, UniqueViolation
 from storage.migrate import migrate
 from storage.open import open_database, open_storage
@@ -44,7 +47,24 @@ def _parser() -> argparse.ArgumentParser:
     create_org.add_argument("name")
     create_org.add_argument("--plan", choices=PLANS, default="free")
     create_org.add_argument("--config")
+    grant = admin_commands.add_parser(
+        "grant-credits", help="add (or with a negative amount, remove) credit: an adjustment"
+    )
+    grant.add_argument("org", help="the organization's name or id")
+    grant.add_argument("amount_usd", type=_usd_amount)
+    grant.add_argument("--note", default="Credit granted by an operator")
+    grant.add_argument("--config")
     return parser
+
+
+def _usd_amount(text: str) -> Decimal:
+    try:
+        amount = Decimal(text)
+    except ArithmeticError:
+        raise argparse.ArgumentTypeError(f"not an amount in USD: {text}") from None
+    if not amount.is_finite() or amount == 0 or abs(amount) > 1_000_000_000:
+        raise argparse.ArgumentTypeError("must be a non-zero amount of at most 1e9 USD")
+    return amount
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -83,6 +103,19 @@ async def _create_org(config: Config, name: str, plan: str) -> int:
         await storage.orgs.add_management_key(org.id, credential)
     print(f"organization {org.name} ({org.id}, plan {org.plan})")
     print(f"management key (shown once): {credential.value}")
+    return 0
+
+
+async def _grant_credits(config: Config, org_ref: str, amount: Decimal, note: str) -> int:
+    """Written straight to the ledger: running instances see it within their balance TTL."""
+    async with open_storage(config.database_url) as storage:
+        org = await storage.orgs.get(org_ref) or await storage.orgs.get_by_name(org_ref)
+        if org is None:
+            print(f"gateway: no organization named or with id {org_ref!r}", file=sys.stderr)
+            return 1
+        txn = await storage.ledger.apply(org.id, ADJUSTMENT, usd_to_micros(amount), note)
+    print(f"{txn.id}: {micros_to_usd(txn.amount_micros):+.6f} USD to {org.name} ({org.id})")
+    print(f"balance: {micros_to_usd(txn.balance_after_micros):.6f} USD")
     return 0
 
 
@@ -131,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(_migrate, config)
         if args.command == "admin" and args.admin_command == "create-org":
             return trio.run(_create_org, config, args.name, args.plan)
+        if args.command == "admin" and args.admin_command == "grant-credits":
+            return trio.run(_grant_credits, config, args.org, args.amount_usd, args.note)
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -278,7 +278,8 @@ def _parse_billing(table: _Table) -> BillingConfig:
     billing = BillingConfig(
         payment_provider=table.get(
             "payment_provider", schema.one_of(schema.PAYMENT_PROVIDERS), d.payment_provider
-        )
+        ),
+        enabled=table.get("enabled", schema.parse_bool, d.enabled),
     )
     table.finish()
     return billing

@@ -149,6 +149,9 @@ class WebhooksConfig:
 @dataclass(frozen=True)
 class BillingConfig:
     payment_provider: str = "test"
+    # Reserve, charge and write usage to the ledger on inference requests. Off: requests are
+    # neither checked against the balance nor billed (top-ups and the ledger still work).
+    enabled: bool = True
 
 
 @dataclass(frozen=True, repr=False)

@@ -21,7 +21,9 @@ _STATUS_TEXT = {
     409: "Conflict",
     413: "Request body too large",
     429: "Rate limit exceeded",
+    502: "The upstream provider failed or could not be reached",
     503: "Unavailable",
+    504: "The upstream provider did not answer in time",
 }
 
 
@@ -77,7 +79,7 @@ def _operation(op: Operation, ref: dict[Any, Any]) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "OK"}
     if op.response is not None:
         ok["content"] = {op.response_content_type: {"schema": ref[op.response]}}
-    responses: dict[str, Any] = {"200": ok}
+    responses: dict[str, Any] = {str(op.success_status): ok}
     for status in op.errors:
         responses[str(status)] = {
             "description": _STATUS_TEXT.get(status, "Error"),

@@ -21,6 +21,7 @@ class Operation:
     request: type | None = None
     response: type | None = None
     response_content_type: str = "application/json"
+    success_status: int = 200
     auth: str | None = "bearer"  # None: no credential needed
     scope: str | None = None  # the scope a secret key needs
     errors: tuple[int, ...] = ()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import trio
 
+from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
@@ -22,7 +23,10 @@ from gateway.config import Config, ProviderConfig
 from gateway.master_key import load_master_key
 from gateway.metrics import Metrics
 from gateway.model_registry import ModelRegistry
+from gateway.payments import PaymentProcessor, open_processor
+from gateway.provider_key_resolver import ProviderKeyResolver
 from protocol.credentials import CredentialHasher, derive_pepper
+from protocol.secretbox import PROVIDER_KEYS, SecretBox
 from storage.open import Storage, open_storage
 
 
@@ -39,10 +43,17 @@ class Runtime:
     upstreams: Upstreams
     relays: StreamRelays
     limiter: RateLimiter
+    accountant: Accountant
+    payments: PaymentProcessor
+    provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
 
 
 def credential_hasher(config: Config) -> CredentialHasher:
     return CredentialHasher(derive_pepper(load_master_key(config.master_key, config.data_dir)))
+
+
+def provider_key_box(config: Config) -> SecretBox:
+    return SecretBox.for_purpose(load_master_key(config.master_key, config.data_dir), PROVIDER_KEYS)
 
 
 @asynccontextmanager
@@ -59,13 +70,20 @@ async def open_runtime(
         await nursery.start(supervisor.run)
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
         auth = Authenticator(storage, hasher, note_use=last_used.note)
+        provider_keys = ProviderKeyResolver(storage.provider_keys, provider_key_box(config))
+
+        def credentials_changed() -> None:  # a key or a provider key changed somewhere
+            auth.invalidate_all()
+            provider_keys.invalidate_all()
+
         await supervisor.start(last_used)
         await supervisor.start(
-            CredentialEpochWatcher(storage.keys, auth.invalidate_all, interval=cache_poll_interval)
+            CredentialEpochWatcher(storage.keys, credentials_changed, interval=cache_poll_interval)
         )
         upstreams = Upstreams({p.name: _client(p) for p in config.providers})
         relays = StreamRelays()
-        for actor in (upstreams, relays, limiter):
+        accountant = Accountant(storage.ledger, storage.orgs)
+        for actor in (upstreams, relays, limiter, accountant):
             await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
@@ -83,6 +101,9 @@ async def open_runtime(
                 upstreams,
                 relays,
                 limiter,
+                accountant,
+                open_processor(config.billing.payment_provider),
+                provider_keys,
             )
         finally:
             nursery.cancel_scope.cancel()

@@ -80,3 +80,8 @@ def conflict(message: str, *, param: str | None = None, code: str = "conflict") 
 
 def server_error(message: str = "The server had an error processing your request.") -> APIError:
     return APIError(500, message, type="server_error", code="internal_error")
+
+
+def payment_required(message: str, *, code: str, param: str | None = None) -> APIError:
+    """402: declined payments, insufficient credits, exhausted budgets."""
+    return APIError(402, message, type="billing_error", code=code, param=param)

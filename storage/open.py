@@ -10,9 +10,11 @@ from storage.database import Database
 from storage.events import EventRepository
 from storage.idempotency import IdempotencyRepository
 from storage.keys import KeyRepository
+from storage.ledger import LedgerRepository
 from storage.migrate import migrate
 from storage.orgs import OrgRepository
 from storage.postgres import open_postgres
+from storage.provider_keys import ProviderKeyRepository
 from storage.sqlite import open_sqlite
 
 
@@ -23,6 +25,8 @@ class Storage:
     keys: KeyRepository
     events: EventRepository
     idempotency: IdempotencyRepository
+    ledger: LedgerRepository
+    provider_keys: ProviderKeyRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -32,6 +36,8 @@ class Storage:
             keys=KeyRepository(db),
             events=EventRepository(db),
             idempotency=IdempotencyRepository(db),
+            ledger=LedgerRepository(db),
+            provider_keys=ProviderKeyRepository(db),
         )
 
 

@@ -100,14 +100,23 @@ async def inference_rig(
     *,
     read_timeout_s: float = 5.0,
     keepalive_s: float = 15.0,
+    credit_usd: float | None = 100.0,
+    extra_toml: str = "",
     **env: str,
 ) -> AsyncIterator[Rig]:
+    """With `credit_usd`, the org is topped up that much first (billing is on by default)."""
     async with trio.open_nursery() as nursery:
         upstream: UpstreamServer = await nursery.start(partial(serve_upstream))
         toml = inference_toml(upstream.url, read_timeout_s=read_timeout_s, keepalive_s=keepalive_s)
+        toml += extra_toml
         config = gateway_config(database_url, tmp_path, toml=toml, **env)
         async with running_gateway(config) as gw:
             r = await gw.client.post("/v1/keys", json={"name": "all"}, headers=gw.auth())
+            if credit_usd is not None:
+                topup = await gw.client.post(
+                    "/v1/credits/topup", json={"amount_usd": credit_usd}, headers=gw.auth()
+                )
+                assert topup.status_code == 200, topup.text
             yield Rig(gw, upstream, r.json()["key"])
         nursery.cancel_scope.cancel()
 

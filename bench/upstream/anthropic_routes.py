@@ -1,4 +1,4 @@
-"""The Anthropic Messages wire format: `POST /v1/messages` (JSON and SSE) and error bodies.
+"""The Anthropic wire format: `POST /v1/messages` (JSON and SSE), `GET /v1/models`, error bodies.
 
 A pure function from the recorded request and the behavior snapshot to a Reply; nothing here waits
 or writes. Requests need `x-api-key` and `anthropic-version` headers (401 otherwise) and
@@ -28,6 +28,7 @@ from bench.upstream.completion import (
 from bench.upstream.replies import JsonReply, Reply, SseFrame, StreamReply
 
 THINKING_SIGNATURE = "sig"
+MODELS = ("claude-haiku", "claude-sonnet")
 
 
 class _Block(msgspec.Struct):
@@ -82,12 +83,40 @@ def _text(content: str | list[_Block] | None) -> str:
     return " ".join(block.text for block in content)
 
 
+def _unauthorized(request: RecordedRequest) -> JsonReply | None:
+    for name in ("x-api-key", "anthropic-version"):
+        if not request.headers.get(name):
+            return error_reply(401, f"{name} header is required")
+    return None
+
+
+_MODELS_BODY = _encode(
+    {
+        "data": [
+            {
+                "type": "model",
+                "id": name,
+                "display_name": name.replace("-", " ").title(),
+                "created_at": "2025-01-01T00:00:00Z",
+            }
+            for name in MODELS
+        ],
+        "has_more": False,
+        "first_id": MODELS[0],
+        "last_id": MODELS[-1],
+    }
+)
+
+
+def models(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    """`GET /v1/models`, Anthropic's shape."""
+    return _unauthorized(request) or JsonReply(200, _MODELS_BODY)
+
+
 def messages(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
-    headers = request.headers
-    if not headers.get("x-api-key"):
-        return error_reply(401, "x-api-key header is required")
-    if not headers.get("anthropic-version"):
-        return error_reply(401, "anthropic-version header is required")
+    refused = _unauthorized(request)
+    if refused is not None:
+        return refused
     try:
         asked = _decoder.decode(request.body)
     except msgspec.DecodeError as exc:

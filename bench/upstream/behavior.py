@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+REJECTED_KEY_PREFIX = "sk-bad"
+
 
 @dataclass
 class UpstreamBehavior:
@@ -29,6 +31,10 @@ class UpstreamBehavior:
     reasoning: bool = False  # OpenAI: delta.reasoning before content; Anthropic: thinking block
     tool_call: bool = False  # answer with one get_weather tool call instead of text
     keepalive_gap_s: float = 0.0  # SSE: stay silent this long after the first content chunk
+    # Provider keys refused with 401 on every route (the bearer token, or Anthropic's x-api-key):
+    # those starting with `reject_key_prefix`, and those in `rejected_keys` (e.g. revoked later).
+    reject_key_prefix: str | None = REJECTED_KEY_PREFIX
+    rejected_keys: frozenset[str] = frozenset()
 
 
 def snapshot(behavior: UpstreamBehavior) -> UpstreamBehavior:

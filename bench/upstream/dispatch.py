@@ -1,6 +1,7 @@
 """Which route answers a request, and the failures that pre-empt every route.
 
-`/v1/messages` speaks Anthropic, every other path OpenAI; `fail_status` and the 404/405 answers are
+`/v1/messages` speaks Anthropic, every other path OpenAI (`GET /v1/models` both: Anthropic when
+the request carries `x-api-key`); rejected keys (401), `fail_status` and the 404/405 answers are
 shaped for the provider the path belongs to. Pure: no I/O, no waiting (hang and latency are the
 server's).
 """
@@ -27,11 +28,18 @@ ROUTES: dict[str, dict[str, Route]] = {
 
 def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
     path = request.path.partition("?")[0]
-    anthropic = path in ANTHROPIC_PATHS
+    # `GET /v1/models` is both providers' route: Anthropic clients send `x-api-key`.
+    anthropic = path in ANTHROPIC_PATHS or (path == "/v1/models" and "x-api-key" in request.headers)
+    if _rejected(_presented_key(request, anthropic), behavior):
+        if anthropic:
+            return anthropic_routes.error_reply(401, "invalid x-api-key")
+        return openai_routes.error_reply(401, "Incorrect API key provided.")
     if behavior.fail_status is not None:
         if anthropic:
             return anthropic_routes.fail_reply(behavior.fail_status, behavior.retry_after)
         return openai_routes.fail_reply(behavior.fail_status, behavior.retry_after)
+    if anthropic and path == "/v1/models" and request.method == "GET":
+        return anthropic_routes.models(request, behavior)
     methods = ROUTES.get(path)
     if methods is None:
         return openai_routes.error_reply(404, f"Invalid URL ({request.method} {path})")
@@ -43,6 +51,20 @@ def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
             return anthropic_routes.error_reply(405, message, headers=allow)
         return openai_routes.error_reply(405, message, headers=allow)
     return handler(request, behavior)
+
+
+def _presented_key(request: RecordedRequest, anthropic: bool) -> str:
+    if anthropic:
+        return request.headers.get("x-api-key", "")
+    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" else ""
+
+
+def _rejected(key: str, behavior: UpstreamBehavior) -> bool:
+    if not key:
+        return False  # a missing key is each route's own 401
+    prefix = behavior.reject_key_prefix
+    return (prefix is not None and key.startswith(prefix)) or key in behavior.rejected_keys
 
 
 def protocol_error(status: int, message: str) -> JsonReply:

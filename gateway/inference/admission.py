@@ -4,6 +4,7 @@ which model, may this key use it, does its provider do this, what does it cost, 
 from __future__ import annotations
 
 from gateway.config import ModelConfig
+from gateway.inference.billing import open_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.model_registry import ResolvedModel, capability_missing, require_price
@@ -32,3 +33,26 @@ async def admit_model(
     price = require_price(model, output=capability == "chat")
     await call.admit(deps.limiter)
     return model, price
+
+
+async def reserve(
+    call: Call,
+    deps: InferenceDeps,
+    price: ModelConfig,
+    *,
+    capability: str,
+    prompt_bytes: int,
+    output_tokens: int,
+) -> None:
+    """With billing on, hold the request's maximum cost (402 when the balance cannot)."""
+    if deps.accountant is None:
+        return
+    assert call.principal is not None and call.ctx.model is not None
+    call.bill = await open_bill(
+        deps.accountant,
+        call.principal.org_id,
+        price,
+        prompt_bytes=prompt_bytes,
+        output_tokens=output_tokens,
+        description=f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model}",
+    )

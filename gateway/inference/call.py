@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from actors.ratelimit import RateLimiter, RateLimiterUnavailable
 from gateway.asgi import Headers, header, send_json
 from gateway.auth import Authenticator
+from gateway.config import ModelConfig
+from gateway.inference.billing import Bill, provider_cost
 from gateway.middleware import Receive, Scope, Send
 from gateway.model_registry import ResolvedModel
 from gateway.principal import Principal
 from gateway.request_context import RequestContext
 from protocol.errors import APIError, forbidden
+from protocol.money import micros_to_usd
 from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
 
@@ -47,6 +50,7 @@ class Call:
     principal: Principal | None = None
     headers: Headers = field(default_factory=list)  # added to every response (rate limits)
     started: bool = False  # the response has begun: errors can no longer be a JSON answer
+    bill: Bill | None = None  # with billing on: the request's reservation
 
     async def authenticate(self, auth: Authenticator, scope_name: str) -> Principal:
         principal = await auth.authenticate(header(self.scope, b"authorization"))
@@ -86,11 +90,23 @@ class Call:
                 code="rate_limit_exceeded",
             )
 
-    def record_usage(self, usage: Usage | None, cost_usd: float | None) -> None:
-        if usage is not None:
-            self.ctx.prompt_tokens = usage.prompt_tokens
-            self.ctx.completion_tokens = usage.completion_tokens
-        self.ctx.cost_usd = cost_usd
+    def charge(self, usage: Usage, price: ModelConfig) -> None:
+        """Record the usage for the log and bill it (once; billing off: log the cost only)."""
+        self.ctx.prompt_tokens = usage.prompt_tokens
+        self.ctx.completion_tokens = usage.completion_tokens
+        cost = provider_cost(price, usage)
+        if self.bill is None:
+            self.ctx.cost_usd = float(cost)
+            return
+        key_id = self.principal.key_id if self.principal else None
+        self.ctx.cost_usd = micros_to_usd(self.bill.charge(self.ctx, cost, key_id))
+        self.bill = None
+
+    def close_bill(self) -> None:
+        """Release a reservation nothing was charged against (the request failed)."""
+        if self.bill is not None:
+            self.bill.close()
+            self.bill = None
 
     async def answer_json(self, body: bytes, status: int = 200) -> None:
         self.started = True

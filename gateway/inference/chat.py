@@ -5,8 +5,6 @@ translated both ways."""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import trio
 
 from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
@@ -14,7 +12,8 @@ from actors.upstream import UpstreamClient, UpstreamError
 from gateway.asgi import read_body
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
-from gateway.inference.admission import admit_model
+from gateway.inference.admission import admit_model, reserve
+from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
@@ -28,21 +27,10 @@ from protocol.openai_chat import (
     rewrite_model_in_object,
     rewrite_request,
 )
-from protocol.pricing import estimate_tokens, token_cost_usd
+from protocol.pricing import estimate_tokens
 from protocol.scopes import CHAT_COMPLETIONS
 from protocol.usage import Usage
 from storage.idempotency import COMPLETED, STREAMED
-
-
-def cost_usd(price: ModelConfig, usage: Usage) -> float:
-    assert price.input_usd_per_mtok is not None
-    exact: Decimal = token_cost_usd(
-        usage.prompt_tokens,
-        usage.completion_tokens,
-        price.input_usd_per_mtok,
-        price.output_usd_per_mtok,
-    )
-    return float(exact)
 
 
 class ChatCompletions:
@@ -64,6 +52,14 @@ class ChatCompletions:
             await call.answer_json(claim.replay)
             return
         try:
+            await reserve(
+                call,
+                deps,
+                price,
+                capability="chat",
+                prompt_bytes=len(body),
+                output_tokens=request.output_limit or DEFAULT_OUTPUT_RESERVE_TOKENS,
+            )
             out = await self._forward(call, body, request, model, price)
             if claim is not None:
                 # Stored before it is sent, so that an immediate retry finds it.
@@ -73,6 +69,7 @@ class ChatCompletions:
             if out is not None:
                 await call.answer_json(out)
         except BaseException:
+            call.close_bill()
             if claim is not None:
                 with trio.CancelScope(shield=True):
                     if call.started:  # a stream began: it is not replayable, never rerun
@@ -125,7 +122,7 @@ class ChatCompletions:
         else:
             out, maybe_usage = rewrite_model_in_object(content, model.id)
             usage = maybe_usage or Usage()
-        call.record_usage(usage, cost_usd(price, usage))
+        call.charge(usage, price)
         return out
 
     async def _stream(
@@ -175,4 +172,4 @@ class ChatCompletions:
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if call.started:
-                call.record_usage(usage, cost_usd(price, usage))
+                call.charge(usage, price)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from actors.accountant import Accountant
 from actors.ratelimit import RateLimiter
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
@@ -22,3 +23,4 @@ class InferenceDeps:
     idempotency: IdempotencyRepository
     max_body_bytes: int
     sse_keepalive_s: float
+    accountant: Accountant | None  # None: billing is off

@@ -8,9 +8,8 @@ import msgspec
 
 from actors.upstream import UpstreamError
 from gateway.asgi import read_body
-from gateway.inference.admission import admit_model
+from gateway.inference.admission import admit_model, reserve
 from gateway.inference.call import Call
-from gateway.inference.chat import cost_usd
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import to_api_error
 from protocol.decoding import decode_json
@@ -39,11 +38,16 @@ class Embeddings:
         model, price = await admit_model(call, deps, request.model, capability="embeddings")
         client = deps.upstreams.get(model.provider.name)
         upstream_body = rewrite_request(body, model=model.upstream, force_include_usage=False)
+        await reserve(
+            call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
+        )
         try:
-            content, _ = await client.post_json("embeddings", upstream_body)
-        except UpstreamError as exc:
-            raise to_api_error(exc) from None
-        out, usage = rewrite_model_in_object(content, model.id)
-        usage = usage or Usage()
-        call.record_usage(usage, cost_usd(price, usage))
+            try:
+                content, _ = await client.post_json("embeddings", upstream_body)
+            except UpstreamError as exc:
+                raise to_api_error(exc) from None
+            out, usage = rewrite_model_in_object(content, model.id)
+            call.charge(usage or Usage(), price)
+        finally:
+            call.close_bill()
         await call.answer_json(out)

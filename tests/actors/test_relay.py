@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -70,9 +71,13 @@ class FakeClient:
 
     def __init__(self, body: object) -> None:
         self._body = body
+        self.api_keys: list[str | None] = []
 
     @asynccontextmanager
-    async def stream(self, path: str, body: bytes) -> AsyncIterator[object]:
+    async def stream(
+        self, path: str, body: bytes, *, api_key: str | None = None
+    ) -> AsyncIterator[object]:
+        self.api_keys.append(api_key)
         yield self._body
 
 
@@ -126,3 +131,17 @@ async def test_a_transport_failure_midway_is_reported_in_the_stream() -> None:
         await nursery.start(relays.relay, FakeClient(body), "p", b"", _frames(), send)
         out = b"".join([item async for item in receive])
     assert out.endswith(b"data: [DONE]\n\n") and b'"upstream_error"' in out
+
+
+async def test_the_org_key_given_to_the_relay_is_used_for_the_upstream_stream() -> None:
+    relays = StreamRelays()
+    default, byok = FakeClient(ScriptedBody([])), FakeClient(ScriptedBody([]))
+    send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(relays.relay, default, "p", b"", _frames(), send.clone())
+        await nursery.start(
+            partial(relays.relay, api_key="sk-org-own"), byok, "p", b"", _frames(), send
+        )
+        async with receive:
+            _ = [item async for item in receive]
+    assert default.api_keys == [None] and byok.api_keys == ["sk-org-own"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from protocol.billing import charge_micros
 from tests.inference import (
     PRICE_IN,
     PRICE_OUT,
@@ -172,5 +174,6 @@ async def test_access_log_records_usage_and_cost(
     assert entry["model"] == "sim/sim-small" and entry["status"] == 200
     assert entry["prompt_tokens"] == usage["prompt_tokens"]
     assert entry["completion_tokens"] == 4
-    expected = (usage["prompt_tokens"] * PRICE_IN + 4 * PRICE_OUT) / 1_000_000
-    assert entry["cost_usd"] == pytest.approx(float(expected))
+    # What the org pays: provider cost plus the free plan's 4 % fee, in whole micro-dollars.
+    cost = (usage["prompt_tokens"] * PRICE_IN + 4 * PRICE_OUT) / 1_000_000
+    assert entry["cost_usd"] == charge_micros(cost, Decimal(4)) / 1_000_000

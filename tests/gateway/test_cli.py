@@ -103,6 +103,37 @@ async def test_create_org_prints_a_working_management_key_once(tmp_path: Path) -
         assert await _stop(process) == 0
 
 
+async def test_grant_credits_writes_an_adjustment(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    created = await _run(_gateway("admin", "create-org", "umbrella"), env, tmp_path)
+    key = created.stdout.decode().split("management key (shown once): ", 1)[1].split()[0]
+    granted = await _run(
+        _gateway("admin", "grant-credits", "umbrella", "12.5", "--note", "welcome"), env, tmp_path
+    )
+    assert granted.returncode == 0, granted.stderr
+    assert b"balance: 12.500000 USD" in granted.stdout
+    back = await _run(_gateway("admin", "grant-credits", "umbrella", "-2.5"), env, tmp_path)
+    assert back.returncode == 0 and b"balance: 10.000000 USD" in back.stdout
+    missing = await _run(_gateway("admin", "grant-credits", "nobody", "5"), env, tmp_path)
+    assert missing.returncode == 1 and b"no organization" in missing.stderr
+    zero = await _run(_gateway("admin", "grant-credits", "umbrella", "0"), env, tmp_path)
+    assert zero.returncode == 2
+    process, url = await _start(_gateway("serve"), env, tmp_path)
+    try:
+        async with httpx.AsyncClient(base_url=url) as client:
+            r = await client.get(
+                "/v1/credits/transactions", headers={"Authorization": f"Bearer {key}"}
+            )
+            rows = r.json()["data"]
+            assert [(t["type"], t["amount_usd"]) for t in rows] == [
+                ("adjustment", -2.5),
+                ("adjustment", 12.5),
+            ]
+            assert rows[1]["description"] == "welcome"
+    finally:
+        assert await _stop(process) == 0
+
+
 async def test_first_start_prints_a_management_key(tmp_path: Path) -> None:
     env = _env(tmp_path)
     del env["GATEWAY_BOOTSTRAP_MANAGEMENT_KEY"]

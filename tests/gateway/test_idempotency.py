@@ -86,6 +86,7 @@ async def test_keys_belong_to_one_organization(rig: Rig) -> None:
     other = await runtime.storage.orgs.create("other-org")
     mgmt = runtime.hasher.generate(CredentialKind.MANAGEMENT)
     await runtime.storage.orgs.add_management_key(other.id, mgmt)
+    await runtime.storage.ledger.apply(other.id, "adjustment", 1_000_000, "test credit")
     key = (
         await rig.gateway.client.post(
             "/v1/keys", json={"name": "o"}, headers=rig.gateway.auth(mgmt.value)

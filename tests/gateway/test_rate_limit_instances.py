@@ -37,6 +37,7 @@ async def test_two_instances_share_one_exact_limit(database_url: str, tmp_path: 
         )
         async with running_gateway(config_a) as a, running_gateway(config_b) as b:
             key = (await create_key(a, name="shared", rate_limit_rpm=rpm))["key"]
+            await a.runtime.storage.ledger.apply(a.org_id, "adjustment", 10**7, "test credit")
             statuses: list[int] = []
             body = {
                 "model": "small",

@@ -1,0 +1,94 @@
+"""Billing on the inference routes: reserve a request's maximum cost before the upstream call
+(402 when the balance cannot cover it), then charge what it actually cost, or nothing when it
+failed. The charge is the provider cost × (1 + the plan's platform fee) (protocol/billing.py)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from actors.accountant import Accountant, InsufficientCredits, Reservation, usage_charge
+from gateway.config import ModelConfig
+from gateway.request_context import RequestContext
+from protocol.billing import charge_micros, fee_percent, reserve_micros
+from protocol.errors import payment_required
+from protocol.money import micros_to_usd
+from protocol.pricing import estimate_tokens, token_cost_usd
+from protocol.timefmt import now_us
+from protocol.usage import Usage
+
+# Held for the answer when the client sets no `max_tokens`; the settle releases the rest.
+DEFAULT_OUTPUT_RESERVE_TOKENS = 4096
+
+
+def provider_cost(price: ModelConfig, usage: Usage) -> Decimal:
+    assert price.input_usd_per_mtok is not None
+    return token_cost_usd(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        price.input_usd_per_mtok,
+        price.output_usd_per_mtok,
+    )
+
+
+class Bill:
+    """One request's reservation, settled once (`charge`) or released (`close`)."""
+
+    def __init__(
+        self, accountant: Accountant, reservation: Reservation, fee: Decimal, description: str
+    ) -> None:
+        self._accountant = accountant
+        self._reservation = reservation
+        self._fee = fee
+        self._description = description
+
+    def charge(self, ctx: RequestContext, cost: Decimal, key_id: str | None) -> int:
+        micros = charge_micros(cost, self._fee)
+        self._accountant.settle(
+            self._reservation,
+            usage_charge(
+                org_id=self._reservation.org_id,
+                key_id=key_id,
+                model=ctx.model or "",
+                request_id=ctx.request_id,
+                micros=micros,
+                description=self._description,
+                created_at=now_us(),
+            ),
+        )
+        return micros
+
+    def close(self) -> None:
+        """Release the reservation if nothing was charged (the request failed)."""
+        self._accountant.settle(self._reservation, None)
+
+
+async def open_bill(
+    accountant: Accountant,
+    org_id: str,
+    price: ModelConfig,
+    *,
+    prompt_bytes: int,
+    output_tokens: int,
+    description: str,
+) -> Bill:
+    """Reserve the most the request can cost; APIError 402 `insufficient_credits` otherwise."""
+    plan = await accountant.plan_of(org_id)
+    fee = fee_percent(plan)
+    assert price.input_usd_per_mtok is not None
+    most = token_cost_usd(
+        estimate_tokens(prompt_bytes),
+        output_tokens,
+        price.input_usd_per_mtok,
+        price.output_usd_per_mtok,
+    )
+    try:
+        reservation = await accountant.reserve(org_id, reserve_micros(most, fee))
+    except InsufficientCredits as exc:
+        available = micros_to_usd(max(exc.available_micros, 0))
+        needed = micros_to_usd(exc.needed_micros)
+        raise payment_required(
+            f"The organization's credit balance (${available:.6f} available) cannot cover this"
+            f" request (up to ${needed:.6f}); top up with POST /v1/credits/topup.",
+            code="insufficient_credits",
+        ) from None
+    return Bill(accountant, reservation, fee, description)

@@ -1,0 +1,150 @@
+"""Bring-your-own-key on the hot path: which key a request to a provider is sent with.
+
+`lookup(org, provider)` answers the org's own key in clear, or None (use the gateway's), from
+an in-memory cache: only a miss reads storage and opens the sealed value. The cache is dropped
+- at once on this instance when a provider key changes here (`forget`), and
+- within a second on every other instance: each change bumps the credential epoch, and the
+  epoch watcher calls `invalidate_all` (docs/decisions.md, "Provider keys").
+Entries also expire after `ttl` seconds as a last resort; absent keys are cached too (most orgs
+have none, and every request asks).
+
+`report_invalid` records that the provider refused the key: one `provider_key.invalid` event
+per key per `report_interval`, however many requests fail — checked in memory first (no
+storage write for a burst), then in storage (so across instances too).
+
+Time is Trio's clock, so tests drive it with MockClock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from protocol.errors import APIError
+from protocol.provider_keys import sealing_context
+from protocol.secretbox import SecretBox, SecretBoxError
+from storage.provider_keys import ProviderKeyRepository, SealedProviderKey
+
+log = logging.getLogger("gateway.provider_keys")
+_MAX_ENTRIES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    key: SealedProviderKey | None  # None: the org has no key for this provider
+    api_key: str | None  # opened; None also when it could not be opened
+    loaded_at: float
+
+
+class ProviderKeyResolver:
+    def __init__(
+        self,
+        repo: ProviderKeyRepository,
+        box: SecretBox,
+        *,
+        ttl: float = 60.0,
+        report_interval: float = 60.0,
+    ) -> None:
+        self._repo = repo
+        self.box = box
+        self._ttl = ttl
+        self._report_interval = report_interval
+        self._cache: dict[tuple[str, str], _Entry] = {}
+        self._generation = 0  # moves on every drop: a load begun before it is not cached
+        self._reported: dict[tuple[str, str], float] = {}  # (key id, sealed) -> last report
+        self.hits = 0
+        self.misses = 0
+        self.reports = 0
+
+    def __repr__(self) -> str:
+        return f"<ProviderKeyResolver cached={len(self._cache)} hits={self.hits}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "cached": len(self._cache),
+            "hits": self.hits,
+            "misses": self.misses,
+            "reports": self.reports,
+        }
+
+    def invalidate_all(self) -> None:
+        self._cache.clear()
+        self._generation += 1
+
+    def forget(self, org_id: str, provider: str) -> None:
+        """Drop one entry (a change made through this instance)."""
+        self._cache.pop((org_id, provider), None)
+        self._generation += 1
+
+    async def lookup(self, org_id: str, provider: str) -> str | None:
+        """The org's own key for `provider` in clear, or None. APIError 500 if a stored key
+        cannot be opened (never a silent fall back to the gateway's key, which would bill the
+        gateway's account). Cancellation: only a cache miss awaits; nothing is cached then."""
+        entry = self._cache.get((org_id, provider))
+        if entry is not None and trio.current_time() - entry.loaded_at < self._ttl:
+            self.hits += 1
+        else:
+            self.misses += 1
+            entry = await self._load(org_id, provider)
+        if entry.key is not None and entry.api_key is None:
+            raise _unreadable(provider)
+        return entry.api_key
+
+    async def report_invalid(
+        self, org_id: str, provider: str, *, status: int | None = None
+    ) -> bool:
+        """The provider refused the org's key (`status`: its HTTP status): write a
+        `provider_key.invalid` event unless one was written for this key in the last
+        `report_interval`. True if written. Cancellation: nothing is written, and the next
+        report tries again."""
+        entry = self._cache.get((org_id, provider)) or await self._load(org_id, provider)
+        key = entry.key
+        if key is None:
+            return False  # deleted meanwhile
+        now = trio.current_time()
+        marker = (key.id, key.sealed_key)
+        last = self._reported.get(marker)
+        if last is not None and now - last < self._report_interval:
+            return False
+        if len(self._reported) >= _MAX_ENTRIES:
+            self._reported.clear()
+        self._reported[marker] = now
+        try:
+            written = await self._repo.mark_rejected(
+                org_id, key, status=status, interval_us=int(self._report_interval * 1_000_000)
+            )
+        except BaseException:
+            self._reported.pop(marker, None)
+            raise
+        if written:
+            self.reports += 1
+            log.warning("provider %r rejected the key %s of org %s", provider, key.id, org_id)
+        return written
+
+    async def _load(self, org_id: str, provider: str) -> _Entry:
+        generation = self._generation
+        key = await self._repo.for_use(org_id, provider)
+        api_key: str | None = None
+        if key is not None:
+            try:
+                api_key = self.box.open(key.sealed_key, sealing_context(org_id, provider))
+            except SecretBoxError as exc:
+                log.error("provider key %s of org %s cannot be opened: %s", key.id, org_id, exc)
+        entry = _Entry(key, api_key, trio.current_time())
+        if generation == self._generation:
+            if len(self._cache) >= _MAX_ENTRIES:
+                self._cache.clear()
+            self._cache[(org_id, provider)] = entry
+        return entry
+
+
+def _unreadable(provider: str) -> APIError:
+    return APIError(
+        500,
+        f"This organization's key for the provider {provider!r} cannot be read (was the master"
+        " key changed?); set it again with POST /v1/provider_keys.",
+        type="server_error",
+        code="provider_key_unreadable",
+    )

@@ -1,0 +1,73 @@
+"""Billing arithmetic, exact and without I/O: platform fees, charges, periods, top-up limits.
+
+A request's charge is its provider cost times (1 + the plan's platform fee), in integer
+micro-USD rounded half up once per request (docs/decisions.md, "charges").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+
+from protocol.money import MICROS_PER_USD
+from protocol.timefmt import from_datetime
+
+PLATFORM_FEE_PERCENT: dict[str, Decimal] = {"free": Decimal(4), "pro": Decimal("2.5")}
+BYOK_FEE_PERCENT = Decimal(0)
+
+TOPUP = "topup"
+USAGE = "usage"
+REFUND = "refund"
+ADJUSTMENT = "adjustment"
+TRANSACTION_TYPES = (TOPUP, USAGE, REFUND, ADJUSTMENT)
+
+MIN_TOPUP_MICROS = 5 * MICROS_PER_USD
+MAX_TOPUP_MICROS = 100_000 * MICROS_PER_USD  # one charge; larger amounts are split or invoiced
+
+
+def fee_percent(plan: str, *, byok: bool = False) -> Decimal:
+    return BYOK_FEE_PERCENT if byok else PLATFORM_FEE_PERCENT[plan]
+
+
+def charge_micros(cost_usd: Decimal, fee: Decimal) -> int:
+    """cost × (1 + fee/100) in micro-USD, rounded half up to the micro-dollar."""
+    exact = cost_usd * (1 + fee / 100) * MICROS_PER_USD
+    return int(exact.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """A UTC calendar period: [start, end) in epoch microseconds, and its storage label."""
+
+    label: str  # "d:2026-11-22" or "m:2026-11"
+    start_us: int
+    end_us: int
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _utc(now_us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=now_us)  # exact, unlike a float timestamp
+
+
+def day_of(now_us: int) -> Period:
+    dt = _utc(now_us)
+    start = datetime(dt.year, dt.month, dt.day, tzinfo=UTC)
+    start_us = from_datetime(start)
+    return Period(f"d:{start:%Y-%m-%d}", start_us, from_datetime(start + timedelta(days=1)))
+
+
+def month_of(now_us: int) -> Period:
+    dt = _utc(now_us)
+    start = datetime(dt.year, dt.month, 1, tzinfo=UTC)
+    end = datetime(dt.year + dt.month // 12, dt.month % 12 + 1, 1, tzinfo=UTC)
+    return Period(f"m:{start:%Y-%m}", from_datetime(start), from_datetime(end))
+
+
+def reserve_micros(cost_usd: Decimal, fee: Decimal) -> int:
+    """What to hold for a request whose cost is at most `cost_usd`: rounded up, so a priced
+    request always holds something."""
+    exact = cost_usd * (1 + fee / 100) * MICROS_PER_USD
+    return int(exact.to_integral_value(rounding=ROUND_CEILING))

@@ -1,0 +1,72 @@
+"""The credits and billing wire types (SPEC "Credit account", "Top-up result", "Transaction",
+"Subscription"). Amounts are USD floats on the wire, integer micro-USD everywhere else."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+Usd = Annotated[float, Meta(ge=0, le=1_000_000_000)]
+
+
+class CreditAccount(msgspec.Struct, kw_only=True):
+    balance_usd: float
+    lifetime_spend_usd: float
+    auto_replenish: bool
+    replenish_amount_usd: float | None
+    replenish_threshold_usd: float | None
+
+
+class CreditSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """PATCH /v1/credits: only included fields change."""
+
+    auto_replenish: bool | UnsetType = UNSET
+    replenish_amount_usd: Usd | None | UnsetType = UNSET
+    replenish_threshold_usd: Usd | None | UnsetType = UNSET
+
+
+class TopupRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    amount_usd: Annotated[float, Meta(gt=0)]
+    payment_method_id: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+
+
+class TopupResult(msgspec.Struct, kw_only=True):
+    transaction_id: str
+    amount_usd: float
+    new_balance_usd: float
+    created_at: str
+
+
+class TransactionItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    type: str
+    amount_usd: float
+    balance_after_usd: float
+    description: str
+    created_at: str
+    model: str | None = None  # usage rows only
+    request_id: str | None = None  # usage rows only
+
+
+class TransactionList(msgspec.Struct, kw_only=True):
+    data: list[TransactionItem]
+    total: int
+    has_more: bool
+
+
+class PaymentMethodInfo(msgspec.Struct, kw_only=True):
+    type: str
+    last4: str
+    brand: str
+
+
+class Subscription(msgspec.Struct, kw_only=True):
+    plan: str
+    platform_fee_percent: float
+    billing_period: str
+    current_period_start: str
+    current_period_end: str
+    usage_this_period_usd: float
+    payment_method: PaymentMethodInfo

@@ -1,0 +1,334 @@
+"""The credit ledger: an account per organization and a transaction row for every change.
+
+Every change is one atomic `UPDATE … RETURNING` of the balance plus its row (holding
+`balance_after`) in the same transaction, so an org's balance always equals the sum of its rows.
+Usage is written in batches (`settle`): one transaction for many requests.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.billing import USAGE, day_of, month_of
+from protocol.ids import new_id
+from protocol.timefmt import now_us
+from storage.database import Database, Executor, Row
+
+_INSERT_CHUNK = 200  # rows per multi-row INSERT (well under SQLite's parameter limit)
+_COLUMNS = (
+    "id",
+    "org_id",
+    "type",
+    "amount_micros",
+    "balance_after_micros",
+    "description",
+    "model",
+    "request_id",
+    "key_id",
+    "created_at",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    org_id: str
+    balance_micros: int
+    lifetime_spend_micros: int
+    auto_replenish: bool
+    replenish_amount_micros: int | None
+    replenish_threshold_micros: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    id: str
+    org_id: str
+    type: str
+    amount_micros: int
+    balance_after_micros: int
+    description: str
+    model: str | None
+    request_id: str | None
+    key_id: str | None
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageCharge:
+    """One request's settled charge (positive micro-USD taken from the balance); `id` is its
+    transaction's, chosen before it is written so that a retried batch can recognise it."""
+
+    id: str
+    org_id: str
+    key_id: str | None
+    model: str
+    request_id: str
+    micros: int
+    description: str
+    created_at: int
+
+
+def _account(row: Row) -> Account:
+    return Account(
+        org_id=row["org_id"],
+        balance_micros=int(row["balance_micros"]),
+        lifetime_spend_micros=int(row["lifetime_spend_micros"]),
+        auto_replenish=bool(row["auto_replenish"]),
+        replenish_amount_micros=_int(row["replenish_amount_micros"]),
+        replenish_threshold_micros=_int(row["replenish_threshold_micros"]),
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _transaction(row: Row) -> Transaction:
+    return Transaction(
+        id=row["id"],
+        org_id=row["org_id"],
+        type=row["type"],
+        amount_micros=int(row["amount_micros"]),
+        balance_after_micros=int(row["balance_after_micros"]),
+        description=row["description"],
+        model=row["model"],
+        request_id=row["request_id"],
+        key_id=row["key_id"],
+        created_at=int(row["created_at"]),
+    )
+
+
+async def _ensure_account(tx: Executor, org_id: str) -> None:
+    await tx.execute(
+        "INSERT INTO credit_accounts (org_id, balance_micros, lifetime_spend_micros,"
+        " auto_replenish, updated_at) VALUES (:org_id, 0, 0, FALSE, :now)"
+        " ON CONFLICT (org_id) DO NOTHING",
+        {"org_id": org_id, "now": now_us()},
+    )
+
+
+async def _insert_rows(tx: Executor, rows: Sequence[Transaction]) -> None:
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        chunk = rows[start : start + _INSERT_CHUNK]
+        params: dict[str, object] = {}
+        values = []
+        for i, row in enumerate(chunk):
+            names = [f"{c}{i}" for c in _COLUMNS]
+            values.append("(" + ", ".join(":" + n for n in names) + ")")
+            params.update(zip(names, (getattr(row, c) for c in _COLUMNS), strict=True))
+        await tx.execute(
+            f"INSERT INTO transactions ({', '.join(_COLUMNS)}) VALUES {', '.join(values)}",
+            params,
+        )
+
+
+class LedgerRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def account(self, org_id: str) -> Account:
+        """The org's account, opened (at zero) on first use."""
+        row = await self._db.fetchrow(
+            "SELECT * FROM credit_accounts WHERE org_id = :org_id", {"org_id": org_id}
+        )
+        if row is None:
+            async with self._db.transaction() as tx:
+                await _ensure_account(tx, org_id)
+                row = await tx.fetchrow(
+                    "SELECT * FROM credit_accounts WHERE org_id = :org_id", {"org_id": org_id}
+                )
+        assert row is not None
+        return _account(row)
+
+    async def apply(
+        self, org_id: str, type: str, micros: int, description: str, *, tx: Executor | None = None
+    ) -> Transaction:
+        """Add `micros` (negative takes away) to the balance with its row, atomically. With
+        `tx`, inside the caller's transaction."""
+        if tx is None:
+            async with self._db.transaction() as own:
+                return await self.apply(org_id, type, micros, description, tx=own)
+        await _ensure_account(tx, org_id)
+        now = now_us()
+        balance = await tx.fetchval(
+            "UPDATE credit_accounts SET balance_micros = balance_micros + :micros,"
+            " updated_at = :now WHERE org_id = :org_id RETURNING balance_micros",
+            {"micros": micros, "now": now, "org_id": org_id},
+        )
+        row = Transaction(
+            id=new_id("txn"),
+            org_id=org_id,
+            type=type,
+            amount_micros=micros,
+            balance_after_micros=int(balance),
+            description=description,
+            model=None,
+            request_id=None,
+            key_id=None,
+            created_at=now,
+        )
+        await _insert_rows(tx, [row])
+        return row
+
+    async def settle(
+        self, charges: Sequence[UsageCharge], *, skip_stored: bool = False
+    ) -> dict[str, int]:
+        """Write a batch of usage charges in one transaction: one balance update per org, a
+        row per charge, the keys' day and month spend. Returns each org's balance after it.
+        `skip_stored` (a retry after a failure whose outcome is unknown) leaves out charges
+        whose rows exist already, so nothing is charged twice."""
+        balances: dict[str, int] = {}
+        async with self._db.transaction() as tx:
+            if skip_stored:
+                stored = await _stored_ids(tx, [c.id for c in charges])
+                charges = [c for c in charges if c.id not in stored]
+            by_org: dict[str, list[UsageCharge]] = defaultdict(list)
+            for charge in charges:
+                by_org[charge.org_id].append(charge)
+            rows: list[Transaction] = []
+            for org_id, own in by_org.items():
+                await _ensure_account(tx, org_id)
+                total = sum(c.micros for c in own)
+                balance = int(
+                    await tx.fetchval(
+                        "UPDATE credit_accounts SET balance_micros = balance_micros - :total,"
+                        " lifetime_spend_micros = lifetime_spend_micros + :total,"
+                        " updated_at = :now WHERE org_id = :org_id RETURNING balance_micros",
+                        {"total": total, "now": now_us(), "org_id": org_id},
+                    )
+                )
+                balances[org_id] = balance
+                after = balance + total  # walk forward from the balance before the batch
+                for c in own:
+                    after -= c.micros
+                    rows.append(_usage_row(c, after))
+            await _insert_rows(tx, rows)
+            await _add_key_spend(tx, charges)
+        return balances
+
+    async def list(
+        self,
+        org_id: str,
+        *,
+        type: str | None = None,
+        start_us: int | None = None,
+        end_us: int | None = None,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[Transaction], int]:
+        """Newest first, and the total matching."""
+        where = ["org_id = :org_id"]
+        params: dict[str, object] = {"org_id": org_id}
+        if type is not None:
+            where.append("type = :type")
+            params["type"] = type
+        if start_us is not None:
+            where.append("created_at >= :start")
+            params["start"] = start_us
+        if end_us is not None:
+            where.append("created_at < :end")
+            params["end"] = end_us
+        clause = " AND ".join(where)
+        total = await self._db.fetchval(f"SELECT COUNT(*) FROM transactions WHERE {clause}", params)
+        rows = await self._db.fetch(
+            f"SELECT * FROM transactions WHERE {clause} ORDER BY seq DESC"
+            " LIMIT :limit OFFSET :offset",
+            {**params, "limit": limit, "offset": offset},
+        )
+        return [_transaction(r) for r in rows], int(total)
+
+    async def sum_rows(self, org_id: str) -> int:
+        """The sum of every row of the org: equals its balance (the ledger's invariant)."""
+        value = await self._db.fetchval(
+            "SELECT COALESCE(SUM(amount_micros), 0) FROM transactions WHERE org_id = :org_id",
+            {"org_id": org_id},
+        )
+        return int(value)
+
+    async def usage_between(self, org_id: str, start_us: int, end_us: int) -> int:
+        """What usage rows took from the balance in [start, end), as a positive amount."""
+        value = await self._db.fetchval(
+            "SELECT COALESCE(SUM(amount_micros), 0) FROM transactions WHERE org_id = :org_id"
+            " AND type = :type AND created_at >= :start AND created_at < :end",
+            {"org_id": org_id, "type": USAGE, "start": start_us, "end": end_us},
+        )
+        return -int(value)
+
+    async def key_spend(self, key_ids: Iterable[str], now: int) -> dict[str, tuple[int, int]]:
+        """Each key's spend today and this month (UTC), in micro-USD."""
+        ids = list(dict.fromkeys(key_ids))
+        if not ids:
+            return {}
+        day, month = day_of(now).label, month_of(now).label
+        names = {f"k{i}": key for i, key in enumerate(ids)}
+        rows = await self._db.fetch(
+            f"SELECT key_id, period, micros FROM key_spend WHERE key_id IN"
+            f" ({', '.join(':' + n for n in names)}) AND period IN (:day, :month)",
+            {**names, "day": day, "month": month},
+        )
+        spend = {key: [0, 0] for key in ids}
+        for r in rows:
+            spend[r["key_id"]][0 if r["period"] == day else 1] = int(r["micros"])
+        return {key: (d, m) for key, (d, m) in spend.items()}
+
+    async def update_settings(self, org_id: str, changes: dict[str, object]) -> Account:
+        """Change the auto-replenish settings (columns named as in the table)."""
+        allowed = {"auto_replenish", "replenish_amount_micros", "replenish_threshold_micros"}
+        assert set(changes) <= allowed, changes
+        async with self._db.transaction() as tx:
+            await _ensure_account(tx, org_id)
+            if changes:
+                sets = ", ".join(f"{name} = :{name}" for name in changes)
+                await tx.execute(
+                    f"UPDATE credit_accounts SET {sets}, updated_at = :now WHERE org_id = :org_id",
+                    {**changes, "now": now_us(), "org_id": org_id},
+                )
+            row = await tx.fetchrow(
+                "SELECT * FROM credit_accounts WHERE org_id = :org_id", {"org_id": org_id}
+            )
+        assert row is not None
+        return _account(row)
+
+
+async def _stored_ids(tx: Executor, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), _INSERT_CHUNK):
+        names = {f"i{i}": value for i, value in enumerate(ids[start : start + _INSERT_CHUNK])}
+        rows = await tx.fetch(
+            f"SELECT id FROM transactions WHERE id IN ({', '.join(':' + n for n in names)})",
+            names,
+        )
+        found.update(r["id"] for r in rows)
+    return found
+
+
+def _usage_row(charge: UsageCharge, balance_after: int) -> Transaction:
+    return Transaction(
+        id=charge.id,
+        org_id=charge.org_id,
+        type=USAGE,
+        amount_micros=-charge.micros,
+        balance_after_micros=balance_after,
+        description=charge.description,
+        model=charge.model,
+        request_id=charge.request_id,
+        key_id=charge.key_id,
+        created_at=charge.created_at,
+    )
+
+
+async def _add_key_spend(tx: Executor, charges: Iterable[UsageCharge]) -> None:
+    spend: dict[tuple[str, str], int] = defaultdict(int)
+    for c in charges:
+        if c.key_id is not None:
+            spend[(c.key_id, day_of(c.created_at).label)] += c.micros
+            spend[(c.key_id, month_of(c.created_at).label)] += c.micros
+    for (key_id, period), micros in spend.items():
+        await tx.execute(
+            "INSERT INTO key_spend (key_id, period, micros) VALUES (:key_id, :period, :micros)"
+            " ON CONFLICT (key_id, period) DO UPDATE SET micros = key_spend.micros + :micros",
+            {"key_id": key_id, "period": period, "micros": micros},
+        )

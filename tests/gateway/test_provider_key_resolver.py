@@ -1,0 +1,175 @@
+"""The hot-path resolver of bring-your-own-key provider keys, on every backend: cached lookups
+(present and absent), expiry and invalidation, unreadable keys, and `provider_key.invalid`
+written once per key per interval however many requests report it."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from gateway.provider_key_resolver import ProviderKeyResolver
+from protocol.errors import APIError
+from protocol.provider_keys import sealing_context
+from protocol.secretbox import PROVIDER_KEYS, SecretBox
+from storage.open import Storage
+from storage.provider_keys import ProviderKeyRepository, SealedProviderKey
+
+BOX = SecretBox.for_purpose(bytes(range(32)), PROVIDER_KEYS)
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock()  # stands still unless a test moves it
+
+
+class CountingRepo(ProviderKeyRepository):
+    """The real repository, counting reads; `gate` (when set) holds reads until it is set."""
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(storage.db)
+        self.reads = 0
+        self.gate: trio.Event | None = None
+
+    async def for_use(self, org_id: str, provider: str) -> SealedProviderKey | None:
+        self.reads += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().for_use(org_id, provider)
+
+
+async def _org_with_key(storage: Storage, api_key: str = "sk-org-own-0001") -> str:
+    org = await storage.orgs.create("acme")
+    sealed = BOX.seal(api_key, sealing_context(org.id, "openai"))
+    await storage.provider_keys.put(org.id, "openai", sealed, api_key[-4:])
+    return org.id
+
+
+async def _invalid_events(storage: Storage, org_id: str) -> int:
+    events = await storage.events.list_for_org(org_id)
+    return sum(e.type == "provider_key.invalid" for e in events)
+
+
+async def test_lookup_opens_the_key_once_then_answers_from_memory(
+    storage: Storage, clock: trio.testing.MockClock
+) -> None:
+    org_id = await _org_with_key(storage)
+    repo = CountingRepo(storage)
+    resolver = ProviderKeyResolver(repo, BOX, ttl=60)
+    for _ in range(3):
+        assert await resolver.lookup(org_id, "openai") == "sk-org-own-0001"
+        assert await resolver.lookup(org_id, "anthropic") is None  # absent: cached too
+    assert repo.reads == 2
+    assert resolver.statistics() == {"cached": 2, "hits": 4, "misses": 2, "reports": 0}
+    clock.jump(59)
+    await resolver.lookup(org_id, "openai")
+    assert repo.reads == 2
+    clock.jump(1)  # the entry's time is up
+    await resolver.lookup(org_id, "openai")
+    assert repo.reads == 3
+
+
+async def test_a_change_is_seen_after_forget_or_invalidate_all(storage: Storage) -> None:
+    org_id = await _org_with_key(storage, "sk-first-key-aaaa")
+    resolver = ProviderKeyResolver(storage.provider_keys, BOX)
+    assert await resolver.lookup(org_id, "openai") == "sk-first-key-aaaa"
+    sealed = BOX.seal("sk-second-key-bbb", sealing_context(org_id, "openai"))
+    await storage.provider_keys.put(org_id, "openai", sealed, "bbbb")
+    assert await resolver.lookup(org_id, "openai") == "sk-first-key-aaaa"  # still cached
+    resolver.forget(org_id, "openai")
+    assert await resolver.lookup(org_id, "openai") == "sk-second-key-bbb"
+    record = (await storage.provider_keys.list(org_id))[0]
+    await storage.provider_keys.delete(org_id, record.id)
+    resolver.invalidate_all()
+    assert await resolver.lookup(org_id, "openai") is None
+
+
+async def test_a_load_that_raced_an_invalidation_is_not_cached(storage: Storage) -> None:
+    org_id = await _org_with_key(storage)
+    repo = CountingRepo(storage)
+    resolver = ProviderKeyResolver(repo, BOX)
+    repo.gate = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(resolver.lookup, org_id, "openai")
+        await trio.testing.wait_all_tasks_blocked()
+        resolver.invalidate_all()  # e.g. the key was deleted while the read was under way
+        repo.gate.set()
+    assert resolver.statistics()["cached"] == 0
+    repo.gate = None
+    await resolver.lookup(org_id, "openai")
+    assert resolver.statistics()["cached"] == 1
+
+
+async def test_a_key_that_cannot_be_opened_is_a_500_not_a_fall_back(storage: Storage) -> None:
+    org = await storage.orgs.create("acme")
+    other_master = SecretBox.for_purpose(bytes(32), PROVIDER_KEYS)
+    sealed = other_master.seal("sk-under-another-master", sealing_context(org.id, "openai"))
+    await storage.provider_keys.put(org.id, "openai", sealed, "ster")
+    resolver = ProviderKeyResolver(storage.provider_keys, BOX)
+    for _ in range(2):
+        with pytest.raises(APIError) as caught:
+            await resolver.lookup(org.id, "openai")
+        assert caught.value.status == 500 and caught.value.code == "provider_key_unreadable"
+        assert "'openai'" in caught.value.message
+    # A ciphertext moved to another org does not open there either.
+    thief = await storage.orgs.create("thief")
+    await storage.provider_keys.put(
+        thief.id, "openai", BOX.seal("sk-x", sealing_context(org.id, "openai")), ""
+    )
+    with pytest.raises(APIError):
+        await ProviderKeyResolver(storage.provider_keys, BOX).lookup(thief.id, "openai")
+
+
+async def test_a_burst_of_reports_writes_one_event(
+    storage: Storage, clock: trio.testing.MockClock
+) -> None:
+    org_id = await _org_with_key(storage)
+    repo = CountingRepo(storage)
+    resolver = ProviderKeyResolver(repo, BOX, report_interval=60)
+    await resolver.lookup(org_id, "openai")
+    written: list[bool] = []
+
+    async def report() -> None:
+        written.append(await resolver.report_invalid(org_id, "openai", status=401))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(50):
+            nursery.start_soon(report)
+    assert written.count(True) == 1 and len(written) == 50
+    assert await _invalid_events(storage, org_id) == 1
+    assert resolver.statistics()["reports"] == 1
+    event = [e for e in await storage.events.list_for_org(org_id) if e.type.endswith("invalid")]
+    assert event[0].data["provider"] == "openai" and event[0].data["upstream_status"] == 401
+    assert event[0].data["key_hint"] == "0001"
+    # Another instance (its own memory) is held back by what storage recorded.
+    other = ProviderKeyResolver(storage.provider_keys, BOX, report_interval=60)
+    assert not await other.report_invalid(org_id, "openai", status=401)
+    # Past the interval in memory, storage (wall clock) still decides: no second event yet.
+    clock.jump(61)
+    assert not await resolver.report_invalid(org_id, "openai", status=401)
+    assert await _invalid_events(storage, org_id) == 1
+
+
+async def test_a_replaced_key_is_reported_afresh_and_an_absent_one_not_at_all(
+    storage: Storage,
+) -> None:
+    org_id = await _org_with_key(storage, "sk-first-key-aaaa")
+    resolver = ProviderKeyResolver(storage.provider_keys, BOX)
+    assert await resolver.report_invalid(org_id, "openai", status=401)
+    sealed = BOX.seal("sk-second-key-bbb", sealing_context(org_id, "openai"))
+    await storage.provider_keys.put(org_id, "openai", sealed, "bbbb")
+    resolver.forget(org_id, "openai")
+    assert await resolver.report_invalid(org_id, "openai", status=403)
+    assert await _invalid_events(storage, org_id) == 2
+    assert not await resolver.report_invalid(org_id, "anthropic")
+
+
+async def test_a_cancelled_report_is_retried_by_the_next(storage: Storage) -> None:
+    org_id = await _org_with_key(storage)
+    resolver = ProviderKeyResolver(storage.provider_keys, BOX)
+    await resolver.lookup(org_id, "openai")
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await resolver.report_invalid(org_id, "openai", status=401)
+    assert await _invalid_events(storage, org_id) == 0
+    assert await resolver.report_invalid(org_id, "openai", status=401)
