@@ -16,16 +16,36 @@ so a batch is never charged twice (docs/billing.md).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import trio
 
 from actors.base import Actor
+from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
 from protocol.ids import new_id
+from protocol.payments import PaymentDeclined, PaymentProcessor
+from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.orgs import OrgRepository
 
 log = logging.getLogger("gateway.accountant")
+
+# An attempt's claim counts as abandoned after this (a crashed instance); a declined payment
+# is retried after this long, not in a loop (docs/billing.md).
+REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
+REPLENISH_RETRY_US = 60 * 60 * 1_000_000
+
+
+class BudgetExceeded(Exception):
+    """The key's daily or monthly cap cannot hold the reservation."""
+
+    def __init__(self, budget: KeyBudget, period: Period, cap: int, committed: int) -> None:
+        super().__init__(f"{budget.key_id}: {period.label} cap {cap}, committed {committed}")
+        self.budget = budget
+        self.period = period
+        self.cap = cap
+        self.committed = committed  # spent + settled-unwritten + reserved, before this request
 
 
 class InsufficientCredits(Exception):
@@ -42,6 +62,7 @@ class OrgView:
     loaded_at: float
     pending: int = 0  # settled here, not yet flushed
     reserved: int = 0  # held for requests in flight
+    replenish_below: int | None = None  # auto-replenish threshold, when it is on
 
     @property
     def available(self) -> int:
@@ -49,10 +70,25 @@ class OrgView:
 
 
 @dataclass
+class KeyView:
+    """A capped key's spend per period label (`d:…`, `m:…`): as stored, settled but not yet
+    written, and reserved by requests in flight."""
+
+    loaded_at: float
+    spent: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+    reserved: int = 0
+
+    def committed(self, label: str) -> int:
+        return self.spent.get(label, 0) + self.pending.get(label, 0) + self.reserved
+
+
+@dataclass
 class Reservation:
     org_id: str
     plan: str
     micros: int
+    key_id: str | None = None  # set when a capped key's view holds part of it
     open: bool = True
 
 
@@ -64,6 +100,8 @@ class AccountantStats:
     flushes: int = 0
     flush_failures: int = 0
     rows_written: int = 0
+    replenished: int = 0
+    replenish_failures: int = 0
 
 
 @dataclass
@@ -77,6 +115,7 @@ class Accountant(Actor):
         self,
         ledger: LedgerRepository,
         orgs: OrgRepository,
+        payments: PaymentProcessor | None = None,
         *,
         flush_interval_s: float = 0.05,
         batch_size: int = 500,
@@ -89,9 +128,14 @@ class Accountant(Actor):
         self._batch_size = batch_size
         self._balance_ttl_s = balance_ttl_s
         self._views: dict[str, OrgView] = {}
+        self._keys: dict[str, KeyView] = {}
+        self._exhausted_noted: set[tuple[str, str]] = set()
         self._queue = _Queue()
         self._lock = trio.Lock()  # flushes, balance reads and credits: one at a time
         self._wake = trio.Event()
+        self._payments = payments
+        self._replenishing: set[str] = set()
+        self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
 
     def statistics(self) -> dict[str, object]:
@@ -105,6 +149,8 @@ class Accountant(Actor):
             "flushes": s.flushes,
             "flush_failures": s.flush_failures,
             "rows_written": s.rows_written,
+            "replenished": s.replenished,
+            "replenish_failures": s.replenish_failures,
         }
 
     def inbox_depth(self) -> int:
@@ -115,15 +161,45 @@ class Accountant(Actor):
     async def plan_of(self, org_id: str) -> str:
         return (await self._view(org_id)).plan
 
-    async def reserve(self, org_id: str, micros: int) -> Reservation:
-        """Hold `micros` of the org's balance; InsufficientCredits when it cannot cover them."""
+    async def reserve(
+        self, org_id: str, micros: int, budget: KeyBudget | None = None
+    ) -> Reservation:
+        """Hold `micros` of the org's balance and of the key's budgets. BudgetExceeded when a
+        cap of the key cannot hold them, InsufficientCredits when the balance cannot."""
         view = await self._view(org_id)
+        key_view = None
+        if budget is not None and budget.capped:
+            key_view = await self._key_view(budget.key_id)
+        # No await from here on: the checks and the holds happen as one step.
+        if budget is not None and key_view is not None:
+            now = now_us()
+            for cap, period in (
+                (budget.daily_micros, day_of(now)),
+                (budget.monthly_micros, month_of(now)),
+            ):
+                committed = key_view.committed(period.label)
+                if cap is not None and committed + micros > cap:
+                    self.stats.refused += 1
+                    raise BudgetExceeded(budget, period, cap, committed)
         if view.available < micros:
             self.stats.refused += 1
             raise InsufficientCredits(org_id, view.available, micros)
         view.reserved += micros
+        reservation = Reservation(org_id, view.plan, micros)
+        if key_view is not None and budget is not None:
+            key_view.reserved += micros
+            reservation.key_id = budget.key_id
         self.stats.reserved += 1
-        return Reservation(org_id, view.plan, micros)
+        return reservation
+
+    async def note_exhausted(self, org_id: str, exc: BudgetExceeded) -> None:
+        """Write `budget.exhausted` once per key and period (here in memory, and across
+        instances through the alerts table)."""
+        mark = (exc.budget.key_id, exc.period.label)
+        if mark in self._exhausted_noted:
+            return
+        self._exhausted_noted.add(mark)
+        await self._ledger.note_exhausted(org_id, exc.budget, exc.period, exc.cap, exc.committed)
 
     def settle(self, reservation: Reservation, charge: UsageCharge | None) -> None:
         """Release the reservation and queue the actual charge (None: nothing to bill)."""
@@ -135,6 +211,12 @@ class Accountant(Actor):
             view.reserved -= reservation.micros
             if charge is not None:
                 view.pending += charge.micros
+        key_view = self._keys.get(reservation.key_id) if reservation.key_id else None
+        if key_view is not None:
+            key_view.reserved -= reservation.micros
+            if charge is not None:
+                for label in _labels(charge.created_at):
+                    key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
         if charge is None:
             return
         self.stats.settled += 1
@@ -152,6 +234,20 @@ class Accountant(Actor):
                 view.balance = txn.balance_after_micros
                 view.loaded_at = trio.current_time()
             return txn
+
+    def key_spend(self, key_id: str, now: int, stored: tuple[int, int]) -> tuple[int, int]:
+        """`stored` (today, this month) plus what this instance settled and not yet wrote."""
+        view = self._keys.get(key_id)
+        if view is None:
+            return stored
+        day, month = _labels(now)
+        return stored[0] + view.pending.get(day, 0), stored[1] + view.pending.get(month, 0)
+
+    def refresh(self, org_id: str) -> None:
+        """Re-read the org's account (settings changed) on its next request."""
+        view = self._views.get(org_id)
+        if view is not None:
+            view.loaded_at = -math.inf
 
     def pending_micros(self, org_id: str) -> int:
         view = self._views.get(org_id)
@@ -173,20 +269,46 @@ class Accountant(Actor):
                     plan=org.plan if org else "free", balance=0, loaded_at=now
                 )
             view.balance = account.balance_micros
+            view.replenish_below = (
+                account.replenish_threshold_micros
+                if account.auto_replenish and account.replenish_amount_micros is not None
+                else None
+            )
+            view.loaded_at = now
+            return view
+
+    async def _key_view(self, key_id: str) -> KeyView:
+        view = self._keys.get(key_id)
+        if view is not None and trio.current_time() - view.loaded_at < self._balance_ttl_s:
+            return view
+        async with self._lock:  # as for balances: never between a flush and its bookkeeping
+            view = self._keys.get(key_id)
+            now = trio.current_time()
+            if view is not None and now - view.loaded_at < self._balance_ttl_s:
+                return view
+            wall = now_us()
+            day, month = (await self._ledger.key_spend([key_id], wall))[key_id]
+            if view is None:
+                view = self._keys[key_id] = KeyView(loaded_at=now)
+            view.spent = {day_of(wall).label: day, month_of(wall).label: month}
             view.loaded_at = now
             return view
 
     # -- the flusher -------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
         try:
-            while True:
-                with trio.move_on_after(self._flush_interval_s):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-                await self.flush()
+            async with trio.open_nursery() as tasks:
+                self._tasks = tasks
+                task_status.started()
+                while True:
+                    with trio.move_on_after(self._flush_interval_s):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
+                    await self.flush()
         finally:
+            self._tasks = None
+            self._replenishing.clear()
             with trio.CancelScope(shield=True):  # stopping: write what is queued
                 with trio.move_on_after(10):
                     await self.flush()
@@ -201,7 +323,7 @@ class Accountant(Actor):
             batch, retry = queue.charges, queue.retry
             self._queue = _Queue()
             try:
-                balances = await self._ledger.settle(batch, skip_stored=retry)
+                settled = await self._ledger.settle(batch, skip_stored=retry)
             except Exception:
                 self.stats.flush_failures += 1
                 log.exception("writing %d usage rows failed; retrying", len(batch))
@@ -212,13 +334,72 @@ class Accountant(Actor):
             flushed: dict[str, int] = {}
             for charge in batch:
                 flushed[charge.org_id] = flushed.get(charge.org_id, 0) + charge.micros
-            now = trio.current_time()
             for org_id, micros in flushed.items():
                 view = self._views.get(org_id)
                 if view is not None:
                     view.pending -= micros
-                    view.balance = balances[org_id]
-                    view.loaded_at = now
+                    view.balance = settled.balances[org_id]
+                    self._check_replenish(org_id, view)
+            self._flushed_keys(batch, settled.key_spend)
+
+    # -- auto-replenish ------------------------------------------------------------------
+
+    def _check_replenish(self, org_id: str, view: OrgView) -> None:
+        """Start one attempt when the balance fell below the threshold (none while one runs
+        on this instance; the ledger's claim keeps other instances out too)."""
+        below = view.replenish_below
+        if below is None or view.balance - view.pending >= below:
+            return
+        if self._tasks is None or self._payments is None or org_id in self._replenishing:
+            return
+        self._replenishing.add(org_id)
+        self._tasks.start_soon(self._replenish, org_id)
+
+    async def _replenish(self, org_id: str) -> None:
+        assert self._payments is not None
+        try:
+            now = now_us()
+            amount = await self._ledger.claim_replenish(
+                org_id, now, stale_after_us=REPLENISH_CLAIM_US, retry_after_us=REPLENISH_RETRY_US
+            )
+            if amount is None:
+                return  # not due, another instance has it, or a recent failure waits
+            method = self._payments.default_method(org_id)
+            try:
+                await self._payments.charge(org_id, method, amount, f"replenish:{org_id}:{now}")
+            except PaymentDeclined as exc:
+                self.stats.replenish_failures += 1
+                log.warning("auto-replenish of %s declined: %s; retrying later", org_id, exc)
+                await self._ledger.end_replenish(org_id, failure=str(exc), now=now_us())
+                return
+            await self.credit(org_id, TOPUP, amount, f"Auto top-up ({method.brand} {method.last4})")
+            await self._ledger.end_replenish(org_id, failure=None, now=now_us())
+            self.stats.replenished += 1
+        except Exception:
+            log.exception("auto-replenish of %s failed", org_id)
+        finally:
+            self._replenishing.discard(org_id)
+
+    def _flushed_keys(self, batch: list[UsageCharge], totals: dict[tuple[str, str], int]) -> None:
+        """Move the batch's key spend from pending to stored."""
+        for charge in batch:
+            key_view = self._keys.get(charge.key_id) if charge.key_id else None
+            if key_view is None:
+                continue
+            for label in _labels(charge.created_at):
+                left = key_view.pending.get(label, 0) - charge.micros
+                if left:
+                    key_view.pending[label] = left
+                else:
+                    key_view.pending.pop(label, None)
+        for (key_id, label), total in totals.items():
+            key_view = self._keys.get(key_id)
+            if key_view is not None:
+                key_view.spent[label] = total
+
+
+def _labels(created_at: int) -> tuple[str, str]:
+    return day_of(created_at).label, month_of(created_at).label
 
 
 def usage_charge(
@@ -230,6 +411,7 @@ def usage_charge(
     micros: int,
     description: str,
     created_at: int,
+    budget: KeyBudget | None = None,
 ) -> UsageCharge:
     """A charge with its transaction id fixed now, so a retried flush recognises it."""
     return UsageCharge(
@@ -241,4 +423,5 @@ def usage_charge(
         micros=micros,
         description=description,
         created_at=created_at,
+        budget=budget,
     )

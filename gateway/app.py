@@ -31,7 +31,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         return [*inference.OPERATIONS, *(op for r in registered for op in r.operations)]
 
     registered += [
-        keys.routes(runtime.storage, runtime.auth, runtime.hasher),
+        keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(
             runtime.storage, runtime.auth, runtime.provider_keys, runtime.upstreams
         ),
@@ -53,6 +53,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         max_body_bytes=server.max_request_body_bytes,
         sse_keepalive_s=server.sse_keepalive_s,
         accountant=runtime.accountant if runtime.config.billing.enabled else None,
+        provider_keys=runtime.provider_keys,
     )
     hot_path = inference.InferenceApp(app, deps)
     return RequestMiddleware(hot_path, runtime.metrics, log_requests=server.access_log)

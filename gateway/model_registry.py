@@ -84,7 +84,8 @@ class ModelRegistry:
 
 def require_price(model: ResolvedModel, *, output: bool) -> ModelConfig:
     """Requests are billed per token: a model without prices is refused before any upstream
-    call (bring-your-own-key requests, which pay no price, arrive with the billing issue)."""
+    call (bring-your-own-key requests, which pay no price, do not ask: gateway/inference/
+    admission.py)."""
     price = model.price
     if (
         price is None

@@ -5,42 +5,22 @@ interface and keeps its secret encrypted like every other one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from protocol.ids import new_id
+from protocol.payments import (
+    PaymentDeclined,
+    PaymentMethod,
+    PaymentProcessor,
+    UnknownPaymentMethod,
+)
 
-
-@dataclass(frozen=True, slots=True)
-class PaymentMethod:
-    id: str
-    type: str
-    brand: str
-    last4: str
-
-
-class PaymentDeclined(Exception):
-    """The processor refused the charge (402); nothing was taken."""
-
-
-class UnknownPaymentMethod(Exception):
-    """No such payment method for this organization (400)."""
-
-
-class PaymentProcessor(Protocol):
-    name: str
-
-    def default_method(self, org_id: str) -> PaymentMethod: ...
-
-    def method(self, org_id: str, method_id: str) -> PaymentMethod:
-        """Raises UnknownPaymentMethod."""
-        ...
-
-    async def charge(self, org_id: str, method: PaymentMethod, micros: int, reference: str) -> str:
-        """Take `micros` from the method; returns the processor's charge id. `reference` is
-        stable across retries of one top-up (the processor's idempotency key).
-        Raises PaymentDeclined."""
-        ...
+__all__ = [
+    "PaymentDeclined",
+    "PaymentMethod",
+    "PaymentProcessor",
+    "TestPaymentProcessor",
+    "UnknownPaymentMethod",
+    "open_processor",
+]
 
 
 _VISA = PaymentMethod("pm_card_visa", "card", "visa", "4242")
@@ -55,9 +35,15 @@ class TestPaymentProcessor:
 
     def __init__(self) -> None:
         self._charges: dict[str, str] = {}  # reference -> charge id
+        self._defaults: dict[str, PaymentMethod] = {}
+        self.attempts = 0  # charges tried, declined ones included
 
     def default_method(self, org_id: str) -> PaymentMethod:
-        return _VISA
+        return self._defaults.get(org_id, _VISA)
+
+    def set_default(self, org_id: str, method_id: str) -> None:
+        """Make another known method the org's default (e.g. the declined card, in tests)."""
+        self._defaults[org_id] = self.method(org_id, method_id)
 
     def method(self, org_id: str, method_id: str) -> PaymentMethod:
         for known in (_VISA, _DECLINED):
@@ -66,6 +52,7 @@ class TestPaymentProcessor:
         raise UnknownPaymentMethod(method_id)
 
     async def charge(self, org_id: str, method: PaymentMethod, micros: int, reference: str) -> str:
+        self.attempts += 1
         if method.id == _DECLINED.id:
             raise PaymentDeclined("Your card was declined.")
         if reference not in self._charges:

@@ -82,7 +82,8 @@ async def open_runtime(
         )
         upstreams = Upstreams({p.name: _client(p) for p in config.providers})
         relays = StreamRelays()
-        accountant = Accountant(storage.ledger, storage.orgs)
+        payments = open_processor(config.billing.payment_provider)
+        accountant = Accountant(storage.ledger, storage.orgs, payments)
         for actor in (upstreams, relays, limiter, accountant):
             await supervisor.start(actor)
         metrics = Metrics()
@@ -102,7 +103,7 @@ async def open_runtime(
                 relays,
                 limiter,
                 accountant,
-                open_processor(config.billing.payment_provider),
+                payments,
                 provider_keys,
             )
         finally:

@@ -71,3 +71,30 @@ def reserve_micros(cost_usd: Decimal, fee: Decimal) -> int:
     request always holds something."""
     exact = cost_usd * (1 + fee / 100) * MICROS_PER_USD
     return int(exact.to_integral_value(rounding=ROUND_CEILING))
+
+
+THRESHOLD_PERCENTS = (50, 80, 100)
+EXHAUSTED = "exhausted"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBudget:
+    """A secret key's caps as they were when its request was admitted (None: no cap)."""
+
+    key_id: str
+    key_name: str
+    daily_micros: int | None
+    monthly_micros: int | None
+
+    @property
+    def capped(self) -> bool:
+        return self.daily_micros is not None or self.monthly_micros is not None
+
+
+def thresholds_crossed(before: int, after: int, cap: int) -> list[int]:
+    """The percentages of `cap` that spending from `before` to `after` reached."""
+    return [p for p in THRESHOLD_PERCENTS if before * 100 < cap * p <= after * 100]
+
+
+def period_name(label: str) -> str:
+    return "daily" if label.startswith("d:") else "monthly"

@@ -12,9 +12,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.billing import USAGE, day_of, month_of
+from protocol.billing import (
+    EXHAUSTED,
+    USAGE,
+    KeyBudget,
+    Period,
+    day_of,
+    month_of,
+    period_name,
+    thresholds_crossed,
+)
 from protocol.ids import new_id
-from protocol.timefmt import now_us
+from protocol.money import micros_to_usd
+from protocol.timefmt import now_us, to_iso
+from storage import events
 from storage.database import Database, Executor, Row
 
 _INSERT_CHUNK = 200  # rows per multi-row INSERT (well under SQLite's parameter limit)
@@ -57,6 +68,15 @@ class Transaction:
 
 
 @dataclass(frozen=True, slots=True)
+class Settled:
+    """What a batch left behind: each org's balance, and each key's spend per period label
+    (`d:…`/`m:…`) it touched."""
+
+    balances: dict[str, int]
+    key_spend: dict[tuple[str, str], int]
+
+
+@dataclass(frozen=True, slots=True)
 class UsageCharge:
     """One request's settled charge (positive micro-USD taken from the balance); `id` is its
     transaction's, chosen before it is written so that a retried batch can recognise it."""
@@ -69,6 +89,7 @@ class UsageCharge:
     micros: int
     description: str
     created_at: int
+    budget: KeyBudget | None = None  # the key's caps, for budget.threshold events
 
 
 def _account(row: Row) -> Account:
@@ -173,11 +194,10 @@ class LedgerRepository:
         await _insert_rows(tx, [row])
         return row
 
-    async def settle(
-        self, charges: Sequence[UsageCharge], *, skip_stored: bool = False
-    ) -> dict[str, int]:
+    async def settle(self, charges: Sequence[UsageCharge], *, skip_stored: bool = False) -> Settled:
         """Write a batch of usage charges in one transaction: one balance update per org, a
-        row per charge, the keys' day and month spend. Returns each org's balance after it.
+        row per charge, the keys' day and month spend, and the budget.threshold events the
+        batch crossed (once per key, period and threshold).
         `skip_stored` (a retry after a failure whose outcome is unknown) leaves out charges
         whose rows exist already, so nothing is charged twice."""
         balances: dict[str, int] = {}
@@ -206,8 +226,8 @@ class LedgerRepository:
                     after -= c.micros
                     rows.append(_usage_row(c, after))
             await _insert_rows(tx, rows)
-            await _add_key_spend(tx, charges)
-        return balances
+            spend = await _add_key_spend(tx, charges)
+        return Settled(balances, spend)
 
     async def list(
         self,
@@ -274,6 +294,62 @@ class LedgerRepository:
             spend[r["key_id"]][0 if r["period"] == day else 1] = int(r["micros"])
         return {key: (d, m) for key, (d, m) in spend.items()}
 
+    async def note_exhausted(
+        self, org_id: str, budget: KeyBudget, period: Period, cap: int, spent: int
+    ) -> bool:
+        """Write `budget.exhausted` for the key and period unless it was written already."""
+        async with self._db.transaction() as tx:
+            if not await claim_alert(tx, budget.key_id, period.label, EXHAUSTED):
+                return False
+            data = budget_event_data(budget, period, cap, spent, None)
+            await events.append(tx, org_id, "budget.exhausted", data)
+            return True
+
+    async def claim_replenish(
+        self, org_id: str, now: int, *, stale_after_us: int, retry_after_us: int
+    ) -> int | None:
+        """Claim the org's auto-replenish if it is due: on, configured, the balance below the
+        threshold, no other claim younger than `stale_after_us`, no failure younger than
+        `retry_after_us`. Returns the amount to charge, or None (one winner across instances)."""
+        async with self._db.transaction() as tx:  # a write: never on a read connection
+            value = await tx.fetchval(
+                "UPDATE credit_accounts SET replenish_claimed_at = :now"
+                " WHERE org_id = :org_id AND auto_replenish"
+                " AND replenish_amount_micros IS NOT NULL"
+                " AND replenish_threshold_micros IS NOT NULL"
+                " AND balance_micros < replenish_threshold_micros"
+                " AND (replenish_claimed_at IS NULL OR replenish_claimed_at < :stale)"
+                " AND (replenish_failed_at IS NULL OR replenish_failed_at < :retry)"
+                " RETURNING replenish_amount_micros",
+                {
+                    "now": now,
+                    "org_id": org_id,
+                    "stale": now - stale_after_us,
+                    "retry": now - retry_after_us,
+                },
+            )
+        return None if value is None else int(value)
+
+    async def end_replenish(self, org_id: str, *, failure: str | None, now: int) -> None:
+        """Release the claim; a failure is recorded (and delays the next attempt)."""
+        await self._db.execute(
+            "UPDATE credit_accounts SET replenish_claimed_at = NULL,"
+            " replenish_failed_at = :failed_at, replenish_failure = :failure"
+            " WHERE org_id = :org_id",
+            {"org_id": org_id, "failed_at": None if failure is None else now, "failure": failure},
+        )
+
+    async def replenish_state(self, org_id: str) -> tuple[int | None, str | None]:
+        """When the last auto-replenish failed and why (None, None after a success)."""
+        row = await self._db.fetchrow(
+            "SELECT replenish_failed_at, replenish_failure FROM credit_accounts"
+            " WHERE org_id = :org_id",
+            {"org_id": org_id},
+        )
+        if row is None:
+            return None, None
+        return _int(row["replenish_failed_at"]), row["replenish_failure"]
+
     async def update_settings(self, org_id: str, changes: dict[str, object]) -> Account:
         """Change the auto-replenish settings (columns named as in the table)."""
         allowed = {"auto_replenish", "replenish_amount_micros", "replenish_threshold_micros"}
@@ -320,15 +396,68 @@ def _usage_row(charge: UsageCharge, balance_after: int) -> Transaction:
     )
 
 
-async def _add_key_spend(tx: Executor, charges: Iterable[UsageCharge]) -> None:
-    spend: dict[tuple[str, str], int] = defaultdict(int)
+async def _add_key_spend(
+    tx: Executor, charges: Iterable[UsageCharge]
+) -> dict[tuple[str, str], int]:
+    added: dict[tuple[str, str], int] = defaultdict(int)
+    periods: dict[str, Period] = {}
+    latest: dict[str, UsageCharge] = {}  # per key: its newest charge (org, name, budgets)
     for c in charges:
-        if c.key_id is not None:
-            spend[(c.key_id, day_of(c.created_at).label)] += c.micros
-            spend[(c.key_id, month_of(c.created_at).label)] += c.micros
-    for (key_id, period), micros in spend.items():
-        await tx.execute(
-            "INSERT INTO key_spend (key_id, period, micros) VALUES (:key_id, :period, :micros)"
-            " ON CONFLICT (key_id, period) DO UPDATE SET micros = key_spend.micros + :micros",
-            {"key_id": key_id, "period": period, "micros": micros},
+        if c.key_id is None:
+            continue
+        latest[c.key_id] = c
+        for period in (day_of(c.created_at), month_of(c.created_at)):
+            periods[period.label] = period
+            added[(c.key_id, period.label)] += c.micros
+    totals: dict[tuple[str, str], int] = {}
+    for (key_id, label), micros in added.items():
+        total = int(
+            await tx.fetchval(
+                "INSERT INTO key_spend (key_id, period, micros)"
+                " VALUES (:key_id, :period, :micros) ON CONFLICT (key_id, period)"
+                " DO UPDATE SET micros = key_spend.micros + :micros RETURNING micros",
+                {"key_id": key_id, "period": label, "micros": micros},
+            )
         )
+        totals[(key_id, label)] = total
+        charge = latest[key_id]
+        budget = charge.budget
+        if budget is None:
+            continue
+        cap = budget.daily_micros if label.startswith("d:") else budget.monthly_micros
+        if cap is None:
+            continue
+        for percent in thresholds_crossed(total - micros, total, cap):
+            if await claim_alert(tx, key_id, label, str(percent)):
+                await events.append(
+                    tx,
+                    charge.org_id,
+                    "budget.threshold",
+                    budget_event_data(budget, periods[label], cap, total, percent),
+                )
+    return totals
+
+
+async def claim_alert(tx: Executor, key_id: str, label: str, kind: str) -> bool:
+    """True the first time this alert is claimed (per key, period and kind), False after."""
+    inserted = await tx.execute(
+        "INSERT INTO budget_alerts (key_id, period, kind, created_at)"
+        " VALUES (:key_id, :period, :kind, :now) ON CONFLICT DO NOTHING",
+        {"key_id": key_id, "period": label, "kind": kind, "now": now_us()},
+    )
+    return inserted == 1
+
+
+def budget_event_data(
+    budget: KeyBudget, period: Period, cap: int, spent: int, percent: int | None
+) -> dict[str, Any]:
+    """SPEC Events 2 (`budget.exhausted` carries the same fields, `threshold_percent` 100)."""
+    return {
+        "key_id": budget.key_id,
+        "key_name": budget.key_name,
+        "threshold_percent": 100 if percent is None else percent,
+        "period": period_name(period.label),
+        "budget_usd": micros_to_usd(cap),
+        "spent_usd": micros_to_usd(spent),
+        "period_end": to_iso(period.end_us),
+    }

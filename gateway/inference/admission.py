@@ -1,13 +1,15 @@
 """The steps between a parsed request and its upstream call, shared by the inference routes:
-which model, may this key use it, does its provider do this, what does it cost, rate limit."""
+which model, may this key use it, does its provider do this, with whose provider key, what does
+it cost, rate limit."""
 
 from __future__ import annotations
 
 from gateway.config import ModelConfig
-from gateway.inference.billing import open_bill
+from gateway.inference.billing import open_bill, open_free_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.model_registry import ResolvedModel, capability_missing, require_price
+from protocol.billing import KeyBudget
 
 # What each provider kind can do through the gateway so far; `supports` in [[providers]]
 # narrows it further. openai, ollama and vllm speak the OpenAI wire format (no entry: all).
@@ -18,9 +20,12 @@ _DESCRIPTIONS = {"chat": "chat completions", "embeddings": "embeddings"}
 
 async def admit_model(
     call: Call, deps: InferenceDeps, name: str, *, capability: str
-) -> tuple[ResolvedModel, ModelConfig]:
+) -> tuple[ResolvedModel, ModelConfig | None]:
     """The resolved model and its price, once the request may go upstream; APIError otherwise
-    (404 unknown model, 403 not allowed, 400 unsupported or unpriced, 429 rate limited)."""
+    (404 unknown model, 403 not allowed, 400 unsupported or unpriced, 429 rate limited, 500
+    the org's provider key unreadable). With the org's own key for the model's provider
+    (bring-your-own-key, set on `call.own_key`) the price is None: nothing is billed, so an
+    unpriced model is allowed."""
     model = deps.registry.resolve(name)
     call.ctx.model = model.id
     call.check_model_allowed(model)
@@ -30,7 +35,9 @@ async def admit_model(
         supports is not None and capability not in supports
     ):
         raise capability_missing(model, _DESCRIPTIONS[capability])
-    price = require_price(model, output=capability == "chat")
+    assert call.principal is not None
+    call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
+    price = None if call.own_key is not None else require_price(model, output=capability == "chat")
     await call.admit(deps.limiter)
     return model, price
 
@@ -38,16 +45,26 @@ async def admit_model(
 async def reserve(
     call: Call,
     deps: InferenceDeps,
-    price: ModelConfig,
+    price: ModelConfig | None,
     *,
     capability: str,
     prompt_bytes: int,
     output_tokens: int,
 ) -> None:
-    """With billing on, hold the request's maximum cost (402 when the balance cannot)."""
+    """With billing on, hold the request's maximum cost (402 when a budget of the key or the
+    balance cannot). With the org's own provider key: nothing is held, never refused (a bill
+    of 0, for the usage row)."""
     if deps.accountant is None:
         return
     assert call.principal is not None and call.ctx.model is not None
+    if call.own_key is not None:
+        call.bill = await open_free_bill(
+            deps.accountant,
+            call.principal.org_id,
+            f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
+        )
+        return
+    assert price is not None
     call.bill = await open_bill(
         deps.accountant,
         call.principal.org_id,
@@ -55,4 +72,13 @@ async def reserve(
         prompt_bytes=prompt_bytes,
         output_tokens=output_tokens,
         description=f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model}",
+        budget=key_budget(call),
     )
+
+
+def key_budget(call: Call) -> KeyBudget | None:
+    """The calling secret key's caps (management keys have none)."""
+    key = call.principal.key if call.principal else None
+    if key is None:
+        return None
+    return KeyBudget(key.id, key.name, key.daily_budget_micros, key.monthly_budget_micros)

@@ -1,19 +1,27 @@
 """Billing on the inference routes: reserve a request's maximum cost before the upstream call
 (402 when the balance cannot cover it), then charge what it actually cost, or nothing when it
-failed. The charge is the provider cost × (1 + the plan's platform fee) (protocol/billing.py)."""
+failed. The charge is the provider cost × (1 + the plan's platform fee) (protocol/billing.py).
+Requests sent with the org's own provider key (bring-your-own-key) hold nothing and are charged
+0, with a usage row all the same (`open_free_bill`)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
-from actors.accountant import Accountant, InsufficientCredits, Reservation, usage_charge
+from actors.accountant import (
+    Accountant,
+    BudgetExceeded,
+    InsufficientCredits,
+    Reservation,
+    usage_charge,
+)
 from gateway.config import ModelConfig
 from gateway.request_context import RequestContext
-from protocol.billing import charge_micros, fee_percent, reserve_micros
+from protocol.billing import KeyBudget, charge_micros, fee_percent, period_name, reserve_micros
 from protocol.errors import payment_required
 from protocol.money import micros_to_usd
 from protocol.pricing import estimate_tokens, token_cost_usd
-from protocol.timefmt import now_us
+from protocol.timefmt import now_us, to_iso
 from protocol.usage import Usage
 
 # Held for the answer when the client sets no `max_tokens`; the settle releases the rest.
@@ -34,12 +42,18 @@ class Bill:
     """One request's reservation, settled once (`charge`) or released (`close`)."""
 
     def __init__(
-        self, accountant: Accountant, reservation: Reservation, fee: Decimal, description: str
+        self,
+        accountant: Accountant,
+        reservation: Reservation,
+        fee: Decimal,
+        description: str,
+        budget: KeyBudget | None = None,
     ) -> None:
         self._accountant = accountant
         self._reservation = reservation
         self._fee = fee
         self._description = description
+        self._budget = budget
 
     def charge(self, ctx: RequestContext, cost: Decimal, key_id: str | None) -> int:
         micros = charge_micros(cost, self._fee)
@@ -53,6 +67,7 @@ class Bill:
                 micros=micros,
                 description=self._description,
                 created_at=now_us(),
+                budget=self._budget,
             ),
         )
         return micros
@@ -70,8 +85,11 @@ async def open_bill(
     prompt_bytes: int,
     output_tokens: int,
     description: str,
+    budget: KeyBudget | None = None,
 ) -> Bill:
-    """Reserve the most the request can cost; APIError 402 `insufficient_credits` otherwise."""
+    """Reserve the most the request can cost; APIError 402 `budget_exceeded` when a cap of
+    the key cannot hold it (and `budget.exhausted` is written once per period), 402
+    `insufficient_credits` when the balance cannot."""
     plan = await accountant.plan_of(org_id)
     fee = fee_percent(plan)
     assert price.input_usd_per_mtok is not None
@@ -82,7 +100,16 @@ async def open_bill(
         price.output_usd_per_mtok,
     )
     try:
-        reservation = await accountant.reserve(org_id, reserve_micros(most, fee))
+        reservation = await accountant.reserve(org_id, reserve_micros(most, fee), budget)
+    except BudgetExceeded as exc:
+        await accountant.note_exhausted(org_id, exc)
+        period = period_name(exc.period.label)
+        raise payment_required(
+            f"This key's {period} budget of ${micros_to_usd(exc.cap):.2f} is used up"
+            f" (${micros_to_usd(exc.committed):.6f} spent or held); it resets at"
+            f" {to_iso(exc.period.end_us)}.",
+            code="budget_exceeded",
+        ) from None
     except InsufficientCredits as exc:
         available = micros_to_usd(max(exc.available_micros, 0))
         needed = micros_to_usd(exc.needed_micros)
@@ -91,4 +118,13 @@ async def open_bill(
             f" request (up to ${needed:.6f}); top up with POST /v1/credits/topup.",
             code="insufficient_credits",
         ) from None
-    return Bill(accountant, reservation, fee, description)
+    return Bill(accountant, reservation, fee, description, budget)
+
+
+async def open_free_bill(accountant: Accountant, org_id: str, description: str) -> Bill:
+    """A bill for a request sent with the org's own provider key (bring-your-own-key): the
+    provider bills the org, so nothing is held against the balance — never a 402, whatever the
+    balance, even below zero — and the charge is 0 (no fee), written as a usage row for the
+    record. The zero reservation is the accountant's own type, settled as any other."""
+    plan = await accountant.plan_of(org_id)
+    return Bill(accountant, Reservation(org_id, plan, 0), Decimal(0), description)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from actors.ratelimit import RateLimiter, RateLimiterUnavailable
 from gateway.asgi import Headers, header, send_json
@@ -51,6 +52,9 @@ class Call:
     headers: Headers = field(default_factory=list)  # added to every response (rate limits)
     started: bool = False  # the response has begun: errors can no longer be a JSON answer
     bill: Bill | None = None  # with billing on: the request's reservation
+    # The org's own key for the model's provider (bring-your-own-key): sent upstream instead of
+    # the gateway's; the provider bills the org, so the request costs nothing here.
+    own_key: str | None = None
 
     async def authenticate(self, auth: Authenticator, scope_name: str) -> Principal:
         principal = await auth.authenticate(header(self.scope, b"authorization"))
@@ -90,11 +94,16 @@ class Call:
                 code="rate_limit_exceeded",
             )
 
-    def charge(self, usage: Usage, price: ModelConfig) -> None:
-        """Record the usage for the log and bill it (once; billing off: log the cost only)."""
+    def charge(self, usage: Usage, price: ModelConfig | None) -> None:
+        """Record the usage for the log and bill it (once; billing off: log the cost only).
+        With the org's own key the cost is 0 (`price` is None only then)."""
         self.ctx.prompt_tokens = usage.prompt_tokens
         self.ctx.completion_tokens = usage.completion_tokens
-        cost = provider_cost(price, usage)
+        if self.own_key is not None:
+            cost = Decimal(0)
+        else:
+            assert price is not None
+            cost = provider_cost(price, usage)
         if self.bill is None:
             self.ctx.cost_usd = float(cost)
             return

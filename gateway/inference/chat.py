@@ -5,6 +5,8 @@ translated both ways."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import trio
 
 from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
@@ -17,7 +19,7 @@ from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
-from gateway.inference.upstream_errors import to_api_error
+from gateway.inference.upstream_errors import upstream_failure
 from gateway.model_registry import ResolvedModel
 from protocol import anthropic
 from protocol.openai_chat import (
@@ -84,7 +86,7 @@ class ChatCompletions:
         body: bytes,
         request: ChatRequest,
         model: ResolvedModel,
-        price: ModelConfig,
+        price: ModelConfig | None,
     ) -> bytes | None:
         """The JSON answer to send, or None when a stream was sent."""
         deps = self._deps
@@ -111,12 +113,12 @@ class ChatCompletions:
         path: str,
         upstream_body: bytes,
         model: ResolvedModel,
-        price: ModelConfig,
+        price: ModelConfig | None,
     ) -> bytes:
         try:
-            content, _ = await client.post_json(path, upstream_body)
+            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         except UpstreamError as exc:
-            raise to_api_error(exc) from None
+            raise await upstream_failure(call, self._deps, exc) from None
         if model.provider.kind == "anthropic":
             out, usage = anthropic.from_messages_response(content, model=model.id)
         else:
@@ -133,7 +135,7 @@ class ChatCompletions:
         upstream_body: bytes,
         request: ChatRequest,
         model: ResolvedModel,
-        price: ModelConfig,
+        price: ModelConfig | None,
         body_size: int,
     ) -> None:
         deps = self._deps
@@ -151,7 +153,12 @@ class ChatCompletions:
                 send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
                 try:
                     await streams.start(
-                        deps.relays.relay, client, path, upstream_body, frames, send_ch
+                        partial(deps.relays.relay, api_key=call.own_key),
+                        client,
+                        path,
+                        upstream_body,
+                        frames,
+                        send_ch,
                     )
                 except UpstreamError as exc:  # before any byte was sent: a JSON error
                     failure = exc
@@ -162,7 +169,7 @@ class ChatCompletions:
                     await pump.run(recv_ch)
                 streams.cancel_scope.cancel()
             if failure is not None:
-                raise to_api_error(failure) from None
+                raise await upstream_failure(call, deps, failure) from None
         finally:
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, or the stream broke).

@@ -10,6 +10,7 @@ from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.auth import Authenticator
 from gateway.model_registry import ModelRegistry
+from gateway.provider_key_resolver import ProviderKeyResolver
 from storage.idempotency import IdempotencyRepository
 
 
@@ -24,3 +25,4 @@ class InferenceDeps:
     max_body_bytes: int
     sse_keepalive_s: float
     accountant: Accountant | None  # None: billing is off
+    provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider

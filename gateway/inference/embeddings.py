@@ -11,7 +11,7 @@ from gateway.asgi import read_body
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import to_api_error
+from gateway.inference.upstream_errors import upstream_failure
 from protocol.decoding import decode_json
 from protocol.errors import invalid_request
 from protocol.openai_chat import rewrite_model_in_object, rewrite_request
@@ -43,9 +43,11 @@ class Embeddings:
         )
         try:
             try:
-                content, _ = await client.post_json("embeddings", upstream_body)
+                content, _ = await client.post_json(
+                    "embeddings", upstream_body, api_key=call.own_key
+                )
             except UpstreamError as exc:
-                raise to_api_error(exc) from None
+                raise await upstream_failure(call, deps, exc) from None
             out, usage = rewrite_model_in_object(content, model.id)
             call.charge(usage or Usage(), price)
         finally:

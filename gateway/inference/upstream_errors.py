@@ -1,11 +1,20 @@
 """What the client is told when the upstream fails: our status and error, never the
-provider's raw body (only a short message from it where it helps the caller)."""
+provider's raw body (only a short message from it where it helps the caller). A provider
+refusing the org's own key (bring-your-own-key) is the org's problem, not the gateway's: 400
+`invalid_provider_key`, and a `provider_key.invalid` event."""
 
 from __future__ import annotations
 
+import logging
+
 from actors.upstream import UpstreamError, UpstreamStatusError, UpstreamTimeout
+from gateway.inference.call import Call
+from gateway.inference.deps import InferenceDeps
 from protocol.anthropic import upstream_error_message
 from protocol.errors import APIError
+from protocol.provider_keys import REJECTED_STATUSES, rejected_by_provider
+
+log = logging.getLogger("gateway.provider_keys")
 
 _PASSED_THROUGH = {400, 404, 413, 422}
 
@@ -64,3 +73,24 @@ def to_api_error(exc: UpstreamError) -> APIError:
         type="upstream_error",
         code="upstream_error",
     )
+
+
+async def upstream_failure(call: Call, deps: InferenceDeps, exc: UpstreamError) -> APIError:
+    """The client's error for `exc`. When the provider refused the org's own key, that is
+    recorded (`report_invalid`: one event per key per minute) and the answer is 400
+    `invalid_provider_key` naming the provider; a failure to record it is logged, never the
+    client's answer. Cancellation: nothing is recorded (the next refusal reports it)."""
+    if not (
+        call.own_key is not None
+        and isinstance(exc, UpstreamStatusError)
+        and exc.status in REJECTED_STATUSES
+    ):
+        return to_api_error(exc)
+    assert call.principal is not None
+    try:
+        await deps.provider_keys.report_invalid(
+            call.principal.org_id, exc.provider, status=exc.status
+        )
+    except Exception:
+        log.exception("recording that %r rejected an organization's key failed", exc.provider)
+    return rejected_by_provider(exc.provider, at_use=True)

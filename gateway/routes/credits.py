@@ -171,6 +171,7 @@ def routes(
         body = decode_json(await _body(), CreditSettings)
         current = await storage.ledger.account(principal.org_id)
         account = await storage.ledger.update_settings(principal.org_id, _settings(body, current))
+        accountant.refresh(principal.org_id)
         return json_response(account_body(_with_pending(account, accountant)))
 
     @r.operation(

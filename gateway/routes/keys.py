@@ -11,6 +11,7 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 from quart import Blueprint, Response
 
+from actors.accountant import Accountant
 from gateway.auth import Authenticator
 from gateway.http import authenticate, json_response, query_bool, query_int, read_json
 from gateway.routing import Operation, Routes
@@ -33,7 +34,8 @@ def _usd(micros: int | None) -> float | None:
     return None if micros is None else micros_to_usd(micros)
 
 
-def key_item(key: KeyRecord) -> KeyItem:
+def key_item(key: KeyRecord, spend: tuple[int, int] = (0, 0)) -> KeyItem:
+    """`spend`: the key's micro-USD today and this month (UTC)."""
     return KeyItem(
         id=key.id,
         name=key.name,
@@ -42,8 +44,8 @@ def key_item(key: KeyRecord) -> KeyItem:
         rate_limit_rpm=key.rate_limit_rpm,
         daily_budget_usd=_usd(key.daily_budget_micros),
         monthly_budget_usd=_usd(key.monthly_budget_micros),
-        usage_today_usd=0.0,  # spend tracking arrives with billing
-        usage_month_usd=0.0,
+        usage_today_usd=micros_to_usd(spend[0]),
+        usage_month_usd=micros_to_usd(spend[1]),
         allowed_models=None if key.allowed_models is None else list(key.allowed_models),
         expires_at=to_iso(key.expires_at),
         is_active=key.is_active,
@@ -83,8 +85,16 @@ def _key_not_found(key_id: str) -> errors.APIError:
     return errors.not_found(f"No key with id {key_id!r}.", code="key_not_found", param="key_id")
 
 
-def routes(storage: Storage, auth: Authenticator, hasher: CredentialHasher) -> Routes:
+def routes(
+    storage: Storage, auth: Authenticator, hasher: CredentialHasher, accountant: Accountant
+) -> Routes:
     r = Routes(Blueprint("keys", __name__))
+
+    async def spend_of(keys: list[KeyRecord]) -> dict[str, tuple[int, int]]:
+        """Stored spend plus what this instance settled and has not written yet."""
+        now = now_us()
+        stored = await storage.ledger.key_spend([k.id for k in keys], now)
+        return {key: accountant.key_spend(key, now, spend) for key, spend in stored.items()}
 
     @r.operation(
         Operation(
@@ -148,9 +158,10 @@ def routes(storage: Storage, auth: Authenticator, hasher: CredentialHasher) -> R
         records, total = await storage.keys.list(
             principal.org_id, active=active, limit=limit, offset=offset
         )
+        spend = await spend_of(records)
         return json_response(
             KeyList(
-                data=[key_item(k) for k in records],
+                data=[key_item(k, spend[k.id]) for k in records],
                 total=total,
                 limit=limit,
                 offset=offset,
@@ -174,7 +185,7 @@ def routes(storage: Storage, auth: Authenticator, hasher: CredentialHasher) -> R
         record = await storage.keys.get(principal.org_id, key_id)
         if record is None:
             raise _key_not_found(key_id)
-        return json_response(key_item(record))
+        return json_response(key_item(record, (await spend_of([record]))[record.id]))
 
     @r.operation(
         Operation(
@@ -199,7 +210,7 @@ def routes(storage: Storage, auth: Authenticator, hasher: CredentialHasher) -> R
         if record is None:
             raise _key_not_found(key_id)
         auth.invalidate_all()
-        return json_response(key_item(record))
+        return json_response(key_item(record, (await spend_of([record]))[record.id]))
 
     @r.operation(
         Operation(

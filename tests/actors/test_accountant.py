@@ -7,10 +7,19 @@ from collections.abc import Sequence
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
-from actors.accountant import Accountant, InsufficientCredits, usage_charge
-from protocol.billing import TOPUP
+from actors.accountant import (
+    REPLENISH_RETRY_US,
+    Accountant,
+    BudgetExceeded,
+    InsufficientCredits,
+    usage_charge,
+)
+from gateway.payments import TestPaymentProcessor
+from protocol.billing import TOPUP, KeyBudget
+from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, UsageCharge
 from storage.open import Storage
 from tests.waiting import wait_until
@@ -24,7 +33,7 @@ def charge(org_id: str, micros: int) -> UsageCharge:
         request_id="req_1",
         micros=micros,
         description="chat",
-        created_at=1_000_000,
+        created_at=now_us(),
     )
 
 
@@ -141,3 +150,121 @@ async def test_credit_is_seen_by_the_next_reservation(storage: Storage) -> None:
     txn = await acc.credit(org, TOPUP, 5_000_000, "top-up")
     assert txn.balance_after_micros == 5_000_000
     assert (await acc.reserve(org, 1)).micros == 1
+
+
+async def test_a_key_budget_counts_spent_unwritten_and_held(storage: Storage) -> None:
+    org = await funded(storage, 1_000_000)
+    budget = KeyBudget("key_1", "jobs", daily_micros=100, monthly_micros=None)
+    acc = Accountant(storage.ledger, storage.orgs)
+    first = await acc.reserve(org, 60, budget)
+    with pytest.raises(BudgetExceeded) as refused:
+        await acc.reserve(org, 50, budget)  # 60 held + 50 > 100
+    assert (refused.value.cap, refused.value.committed) == (100, 60)
+    assert refused.value.period.label.startswith("d:")
+    acc.settle(first, charge(org, 30))  # 30 settled, not written
+    second = await acc.reserve(org, 50, budget)  # 30 + 50 <= 100
+    with pytest.raises(BudgetExceeded):
+        await acc.reserve(org, 21, budget)
+    acc.settle(second, None)
+    await acc.flush()  # now 30 is stored
+    assert (await acc.reserve(org, 70, budget)).micros == 70
+    other = KeyBudget("key_2", "other", daily_micros=None, monthly_micros=10)
+    with pytest.raises(BudgetExceeded) as monthly:
+        await acc.reserve(org, 11, other)
+    assert monthly.value.period.label.startswith("m:")
+    assert (await acc.reserve(org, 11)).micros == 11  # no budget: the balance alone decides
+
+
+async def replenishing_org(storage: Storage, balance: int) -> str:
+    org = await funded(storage, balance)
+    await storage.ledger.update_settings(
+        org,
+        {
+            "auto_replenish": True,
+            "replenish_amount_micros": 20_000_000,
+            "replenish_threshold_micros": 5_000_000,
+        },
+    )
+    return org
+
+
+async def spend(acc: Accountant, org: str, micros: int, times: int) -> None:
+    for _ in range(times):
+        acc.settle(await acc.reserve(org, micros), charge(org, micros))
+    await acc.flush()
+
+
+async def test_auto_replenish_tops_up_once_when_the_balance_falls_below(
+    storage: Storage,
+) -> None:
+    org = await replenishing_org(storage, 6_000_000)
+    payments = TestPaymentProcessor()
+    acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acc.run)
+        await spend(acc, org, 500_000, 1)  # 5.5 USD: above the threshold
+        assert payments.attempts == 0
+        # Many requests and flushes below the threshold, while the top-up runs: one charge.
+        async with trio.open_nursery() as burst:
+            for _ in range(5):
+                burst.start_soon(spend, acc, org, 200_000, 2)
+        await wait_until(lambda: acc.stats.replenished == 1)
+        await spend(acc, org, 100_000, 3)
+        nursery.cancel_scope.cancel()
+    assert payments.attempts == 1
+    topups, _ = await storage.ledger.list(org, type=TOPUP, limit=10, offset=0)
+    assert [(t.amount_micros, t.description) for t in topups[:1]] == [
+        (20_000_000, "Auto top-up (visa 4242)")
+    ]
+    account = await storage.ledger.account(org)
+    assert account.balance_micros == 6_000_000 - 500_000 - 2_000_000 - 300_000 + 20_000_000
+    assert account.balance_micros == await storage.ledger.sum_rows(org)
+
+
+async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
+    storage: Storage,
+) -> None:
+    org = await replenishing_org(storage, 5_100_000)
+    payments = TestPaymentProcessor()
+    payments.set_default(org, "pm_card_chargeDeclined")
+    acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acc.run)
+        await spend(acc, org, 200_000, 1)
+        await wait_until(lambda: acc.stats.replenish_failures == 1)
+        for _ in range(5):
+            await spend(acc, org, 10_000, 1)
+            await trio.lowlevel.checkpoint()
+        failed_at, failure = await storage.ledger.replenish_state(org)
+        assert failed_at is not None and failure is not None and "declined" in failure
+        assert payments.attempts == 1
+        # An hour later (moved back in the table) the next flush tries again, and succeeds.
+        payments.set_default(org, "pm_card_visa")
+        await storage.db.execute(
+            "UPDATE credit_accounts SET replenish_failed_at = replenish_failed_at - :hour"
+            " WHERE org_id = :org",
+            {"hour": REPLENISH_RETRY_US, "org": org},
+        )
+        await spend(acc, org, 10_000, 1)
+        await wait_until(lambda: acc.stats.replenished == 1)
+        nursery.cancel_scope.cancel()
+    assert payments.attempts == 2
+    assert await storage.ledger.replenish_state(org) == (None, None)
+
+
+async def test_two_instances_replenish_once(storage: Storage) -> None:
+    org = await replenishing_org(storage, 5_100_000)
+    payments = TestPaymentProcessor()
+    a = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    b = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        async with trio.open_nursery() as burst:
+            burst.start_soon(spend, a, org, 200_000, 1)
+            burst.start_soon(spend, b, org, 200_000, 1)
+        await wait_until(lambda: a.stats.replenished + b.stats.replenished == 1)
+        for acc in (a, b):
+            await spend(acc, org, 10_000, 1)
+        nursery.cancel_scope.cancel()
+    assert payments.attempts == 1

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import trio
 
-from protocol.billing import ADJUSTMENT, TOPUP, USAGE, day_of, month_of
+from protocol.billing import ADJUSTMENT, TOPUP, USAGE, KeyBudget, day_of, month_of
 from protocol.ids import new_id
 from protocol.timefmt import from_datetime
 from storage.ledger import UsageCharge
@@ -62,10 +62,16 @@ async def test_settle_writes_one_row_per_charge_and_walks_balances(storage: Stor
     a = await storage.orgs.create("a")
     b = await storage.orgs.create("b")
     await storage.ledger.apply(a.id, TOPUP, 5_000_000, "top-up")
-    balances = await storage.ledger.settle(
+    settled = await storage.ledger.settle(
         [charge(a.id, 100), charge(b.id, 7, key="key_2"), charge(a.id, 250)]
     )
-    assert balances == {a.id: 5_000_000 - 350, b.id: -7}
+    assert settled.balances == {a.id: 5_000_000 - 350, b.id: -7}
+    assert settled.key_spend == {
+        ("key_1", "d:2026-11-22"): 350,
+        ("key_1", "m:2026-11"): 350,
+        ("key_2", "d:2026-11-22"): 7,
+        ("key_2", "m:2026-11"): 7,
+    }
     rows, total = await storage.ledger.list(a.id, type=USAGE, limit=10, offset=0)
     assert total == 2
     assert [(r.amount_micros, r.balance_after_micros) for r in rows] == [
@@ -140,3 +146,77 @@ async def test_a_retried_settle_skips_charges_already_stored(storage: Storage) -
     assert await storage.ledger.sum_rows(org.id) == -35
     _, total = await storage.ledger.list(org.id, limit=10, offset=0)
     assert total == 3
+
+
+def budgeted(
+    org_id: str, micros: int, at: int, *, daily: int | None, monthly: int | None
+) -> UsageCharge:
+    return UsageCharge(
+        id=new_id("txn"),
+        org_id=org_id,
+        key_id="key_b",
+        model="m",
+        request_id="req_x",
+        micros=micros,
+        description="chat",
+        created_at=at,
+        budget=KeyBudget("key_b", "batch-jobs", daily, monthly),
+    )
+
+
+async def test_budget_thresholds_fire_once_each_per_period(storage: Storage) -> None:
+    org = await storage.orgs.create("a")
+    noon = from_datetime(datetime(2026, 11, 22, 12))
+    tomorrow = from_datetime(datetime(2026, 11, 23, 12))
+    ledger = storage.ledger
+    await ledger.settle([budgeted(org.id, 40, noon, daily=100, monthly=None)])  # 40 %
+    await ledger.settle([budgeted(org.id, 45, noon, daily=100, monthly=None)])  # 85 %: 50, 80
+    await ledger.settle([budgeted(org.id, 5, noon, daily=100, monthly=None)])  # 90 %: none
+    await ledger.settle([budgeted(org.id, 20, noon, daily=100, monthly=None)])  # 110 %: 100
+    await ledger.settle([budgeted(org.id, 60, tomorrow, daily=100, monthly=None)])  # 60 %: 50
+    found = await storage.events.list_for_org(org.id)
+    assert [e.type for e in found] == ["budget.threshold"] * 4
+    assert [(e.data["threshold_percent"], e.data["period_end"]) for e in found] == [
+        (50, "2026-11-23T00:00:00Z"),
+        (80, "2026-11-23T00:00:00Z"),
+        (100, "2026-11-23T00:00:00Z"),
+        (50, "2026-11-24T00:00:00Z"),
+    ]
+    first = found[0].data
+    assert first == {
+        "key_id": "key_b",
+        "key_name": "batch-jobs",
+        "threshold_percent": 50,
+        "period": "daily",
+        "budget_usd": 0.0001,
+        "spent_usd": 0.000085,
+        "period_end": "2026-11-23T00:00:00Z",
+    }
+
+
+async def test_monthly_threshold_and_one_batch_crossing_several(storage: Storage) -> None:
+    org = await storage.orgs.create("a")
+    noon = from_datetime(datetime(2026, 11, 22, 12))
+    await storage.ledger.settle(
+        [
+            budgeted(org.id, 30, noon, daily=None, monthly=100),
+            budgeted(org.id, 60, noon, daily=None, monthly=100),
+        ]
+    )
+    found = await storage.events.list_for_org(org.id)
+    assert [(e.data["threshold_percent"], e.data["period"]) for e in found] == [
+        (50, "monthly"),
+        (80, "monthly"),
+    ]
+    assert found[0].data["period_end"] == "2026-12-01T00:00:00Z"
+
+
+async def test_exhausted_is_noted_once_per_period(storage: Storage) -> None:
+    org = await storage.orgs.create("a")
+    budget = KeyBudget("key_b", "batch-jobs", 100, None)
+    period = day_of(from_datetime(datetime(2026, 11, 22, 12)))
+    assert await storage.ledger.note_exhausted(org.id, budget, period, 100, 98)
+    assert not await storage.ledger.note_exhausted(org.id, budget, period, 100, 99)
+    found = await storage.events.list_for_org(org.id)
+    assert [e.type for e in found] == ["budget.exhausted"]
+    assert found[0].data["threshold_percent"] == 100 and found[0].data["spent_usd"] == 0.000098

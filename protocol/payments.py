@@ -1,0 +1,39 @@
+"""The payment processor interface behind top-ups and auto-replenish (no I/O here; the
+built-in `test` processor is gateway/payments.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentMethod:
+    id: str
+    type: str
+    brand: str
+    last4: str
+
+
+class PaymentDeclined(Exception):
+    """The processor refused the charge (402); nothing was taken."""
+
+
+class UnknownPaymentMethod(Exception):
+    """No such payment method for this organization (400)."""
+
+
+class PaymentProcessor(Protocol):
+    name: str
+
+    def default_method(self, org_id: str) -> PaymentMethod: ...
+
+    def method(self, org_id: str, method_id: str) -> PaymentMethod:
+        """Raises UnknownPaymentMethod."""
+        ...
+
+    async def charge(self, org_id: str, method: PaymentMethod, micros: int, reference: str) -> str:
+        """Take `micros` from the method; returns the processor's charge id. `reference` is
+        stable across retries of one top-up (the processor's idempotency key).
+        Raises PaymentDeclined."""
+        ...
