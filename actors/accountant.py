@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import trio
 
 from actors.base import Actor
+from actors.shared_holds import (
+    HEARTBEAT_S,
+    Settlement,
+    SharedHolds,
+    SharedHoldsUnavailable,
+)
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
 from protocol.ids import new_id
 from protocol.payments import PaymentDeclined, PaymentProcessor
@@ -35,6 +42,22 @@ log = logging.getLogger("gateway.accountant")
 # is retried after this long, not in a loop (docs/billing.md).
 REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
 REPLENISH_RETRY_US = 60 * 60 * 1_000_000
+
+
+class _OutageLog:
+    """Logs a Redis outage at most every 10 s: it may hit every request."""
+
+    def __init__(self) -> None:
+        self._last = -math.inf
+
+    def __call__(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last >= 10.0:
+            self._last = now
+            log.warning("shared holds unavailable, checking this instance's view only: %s", exc)
+
+
+shared_outage = _OutageLog()
 
 
 class BudgetExceeded(Exception):
@@ -89,6 +112,7 @@ class Reservation:
     plan: str
     micros: int
     key_id: str | None = None  # set when a capped key's view holds part of it
+    shared: bool = False  # held in Redis (SharedHolds), settled there at the next flush
     open: bool = True
 
 
@@ -102,6 +126,7 @@ class AccountantStats:
     rows_written: int = 0
     replenished: int = 0
     replenish_failures: int = 0
+    shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
 @dataclass
@@ -116,6 +141,7 @@ class Accountant(Actor):
         ledger: LedgerRepository,
         orgs: OrgRepository,
         payments: PaymentProcessor | None = None,
+        shared: SharedHolds | None = None,
         *,
         flush_interval_s: float = 0.05,
         batch_size: int = 500,
@@ -134,6 +160,8 @@ class Accountant(Actor):
         self._lock = trio.Lock()  # flushes, balance reads and credits: one at a time
         self._wake = trio.Event()
         self._payments = payments
+        self._shared = shared
+        self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
         self._replenishing: set[str] = set()
         self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
@@ -151,6 +179,7 @@ class Accountant(Actor):
             "rows_written": s.rows_written,
             "replenished": s.replenished,
             "replenish_failures": s.replenish_failures,
+            "shared_unavailable": s.shared_unavailable,
         }
 
     def inbox_depth(self) -> int:
@@ -165,8 +194,18 @@ class Accountant(Actor):
         self, org_id: str, micros: int, budget: KeyBudget | None = None
     ) -> Reservation:
         """Hold `micros` of the org's balance and of the key's budgets. BudgetExceeded when a
-        cap of the key cannot hold them, InsufficientCredits when the balance cannot."""
+        cap of the key cannot hold them, InsufficientCredits when the balance cannot.
+
+        With Redis, the checks are shared by every instance. If Redis cannot answer, this
+        instance falls back to its own view (exact for itself, not across instances) rather
+        than refusing all traffic; docs/decisions.md, "shared holds"."""
         view = await self._view(org_id)
+        if self._shared is not None:
+            try:
+                return await self._reserve_shared(self._shared, view, org_id, micros, budget)
+            except SharedHoldsUnavailable as exc:
+                self.stats.shared_unavailable += 1
+                shared_outage(exc)
         key_view = None
         if budget is not None and budget.capped:
             key_view = await self._key_view(budget.key_id)
@@ -192,6 +231,38 @@ class Accountant(Actor):
         self.stats.reserved += 1
         return reservation
 
+    async def _reserve_shared(
+        self,
+        shared: SharedHolds,
+        view: OrgView,
+        org_id: str,
+        micros: int,
+        budget: KeyBudget | None,
+    ) -> Reservation:
+        async def stored_balance() -> int:
+            return (await self._ledger.account(org_id)).balance_micros
+
+        async def stored_spend() -> tuple[int, int]:
+            assert budget is not None
+            return (await self._ledger.key_spend([budget.key_id], now_us()))[budget.key_id]
+
+        refusal = await shared.reserve(
+            org_id, micros, budget, stored_balance=stored_balance, stored_spend=stored_spend
+        )
+        if refusal is not None:
+            self.stats.refused += 1
+            if refusal.kind == "balance":
+                raise InsufficientCredits(org_id, refusal.amount, micros)
+            assert budget is not None
+            now = now_us()
+            period = day_of(now) if refusal.kind == "day" else month_of(now)
+            cap = budget.daily_micros if refusal.kind == "day" else budget.monthly_micros
+            assert cap is not None
+            raise BudgetExceeded(budget, period, cap, refusal.amount)
+        self.stats.reserved += 1
+        key_id = budget.key_id if budget is not None and budget.capped else None
+        return Reservation(org_id, view.plan, micros, key_id=key_id, shared=True)
+
     async def note_exhausted(self, org_id: str, exc: BudgetExceeded) -> None:
         """Write `budget.exhausted` once per key and period (here in memory, and across
         instances through the alerts table)."""
@@ -206,6 +277,11 @@ class Accountant(Actor):
         if not reservation.open:
             return
         reservation.open = False
+        if reservation.shared:
+            self._settle_shared(reservation, charge)
+            if charge is not None:
+                self._queue_charge(charge)
+            return
         view = self._views.get(reservation.org_id)
         if view is not None:
             view.reserved -= reservation.micros
@@ -217,18 +293,43 @@ class Accountant(Actor):
             if charge is not None:
                 for label in _labels(charge.created_at):
                     key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
-        if charge is None:
-            return
+        if charge is not None:
+            self._queue_charge(charge)
+
+    def _queue_charge(self, charge: UsageCharge) -> None:
         self.stats.settled += 1
         self._queue.charges.append(charge)
         if len(self._queue.charges) >= self._batch_size:
             self._wake.set()
+
+    def _settle_shared(self, reservation: Reservation, charge: UsageCharge | None) -> None:
+        charged = 0 if charge is None else charge.micros
+        view = self._views.get(reservation.org_id)
+        if view is not None:
+            view.pending += charged  # for this instance's own reads (GET /v1/credits)
+        self._shared_queue.append(
+            Settlement(
+                org_id=reservation.org_id,
+                key_id=reservation.key_id,
+                held=reservation.micros,
+                charged=charged,
+                created_at=now_us() if charge is None else charge.created_at,
+            )
+        )
+        self._wake.set()  # holds in Redis block other instances until settled: do not wait
 
     async def credit(self, org_id: str, type: str, micros: int, description: str) -> Transaction:
         """A balance change made on this instance outside of usage (top-up, adjustment): written
         at once, and seen by the next reservation."""
         async with self._lock:
             txn = await self._ledger.apply(org_id, type, micros, description)
+            if self._shared is not None:
+                try:
+                    await self._shared.credit(org_id, micros)
+                except SharedHoldsUnavailable as exc:  # Redis keeps a lower balance: only stricter
+                    log.warning(
+                        "could not add a credit of %s to the shared balance: %s", org_id, exc
+                    )
             view = self._views.get(org_id)
             if view is not None:
                 view.balance = txn.balance_after_micros
@@ -300,6 +401,8 @@ class Accountant(Actor):
         try:
             async with trio.open_nursery() as tasks:
                 self._tasks = tasks
+                if self._shared is not None:
+                    tasks.start_soon(self._heartbeats, self._shared)
                 task_status.started()
                 while True:
                     with trio.move_on_after(self._flush_interval_s):
@@ -313,10 +416,20 @@ class Accountant(Actor):
                 with trio.move_on_after(10):
                     await self.flush()
 
+    async def _heartbeats(self, shared: SharedHolds) -> None:
+        """Keep this instance's holds counting (reservations renew a stale heartbeat too)."""
+        while True:
+            try:
+                await shared.heartbeat()
+            except SharedHoldsUnavailable as exc:
+                log.warning("heartbeat to Redis failed: %s", exc)
+            await trio.sleep(HEARTBEAT_S)
+
     async def flush(self) -> None:
         """Write everything queued so far in one transaction. On failure the batch stays
         queued (in order) and is retried on the next flush."""
         async with self._lock:
+            await self._flush_shared()
             queue = self._queue
             if not queue.charges:
                 return
@@ -341,6 +454,18 @@ class Accountant(Actor):
                     view.balance = settled.balances[org_id]
                     self._check_replenish(org_id, view)
             self._flushed_keys(batch, settled.key_spend)
+
+    async def _flush_shared(self) -> None:
+        if self._shared is None or not self._shared_queue:
+            return
+        batch, self._shared_queue = self._shared_queue, []
+        try:
+            await self._shared.settle(batch)
+        except SharedHoldsUnavailable as exc:
+            # Not applied: the holds stay (stricter, never looser) and are retried.
+            self.stats.flush_failures += 1
+            log.warning("settling %d holds in Redis failed: %s; retrying", len(batch), exc)
+            self._shared_queue = batch + self._shared_queue
 
     # -- auto-replenish ------------------------------------------------------------------
 

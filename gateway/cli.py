@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import trio
 
+from actors.shared_holds import SharedHoldsUnavailable, open_shared_holds
 from gateway.bootstrap import accept_bootstrap_key, first_start_key
 from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.logs import setup_logging
@@ -107,13 +108,20 @@ async def _create_org(config: Config, name: str, plan: str) -> int:
 
 
 async def _grant_credits(config: Config, org_ref: str, amount: Decimal, note: str) -> int:
-    """Written straight to the ledger: running instances see it within their balance TTL."""
+    """Written straight to the ledger (and to the shared balance in Redis when configured);
+    instances without Redis see it within their balance TTL (a second)."""
     async with open_storage(config.database_url) as storage:
         org = await storage.orgs.get(org_ref) or await storage.orgs.get_by_name(org_ref)
         if org is None:
             print(f"gateway: no organization named or with id {org_ref!r}", file=sys.stderr)
             return 1
         txn = await storage.ledger.apply(org.id, ADJUSTMENT, usd_to_micros(amount), note)
+    async with open_shared_holds(config.redis_url) as shared:
+        if shared is not None:  # instances sharing Redis see it at once
+            try:
+                await shared.credit(org.id, txn.amount_micros)
+            except SharedHoldsUnavailable as exc:
+                print(f"gateway: stored, but Redis was not updated: {exc}", file=sys.stderr)
     print(f"{txn.id}: {micros_to_usd(txn.amount_micros):+.6f} USD to {org.name} ({org.id})")
     print(f"balance: {micros_to_usd(txn.balance_after_micros):.6f} USD")
     return 0

@@ -16,6 +16,7 @@ from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
+from actors.shared_holds import open_shared_holds
 from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from gateway.auth import Authenticator
@@ -64,6 +65,7 @@ async def open_runtime(
     async with (
         open_storage(config.database_url) as storage,
         open_rate_limiter(config.redis_url) as limiter,
+        open_shared_holds(config.redis_url) as shared_holds,
         trio.open_nursery() as nursery,
     ):
         supervisor = Supervisor("root")
@@ -83,7 +85,7 @@ async def open_runtime(
         upstreams = Upstreams({p.name: _client(p) for p in config.providers})
         relays = StreamRelays()
         payments = open_processor(config.billing.payment_provider)
-        accountant = Accountant(storage.ledger, storage.orgs, payments)
+        accountant = Accountant(storage.ledger, storage.orgs, payments, shared_holds)
         for actor in (upstreams, relays, limiter, accountant):
             await supervisor.start(actor)
         metrics = Metrics()
