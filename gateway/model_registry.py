@@ -9,10 +9,11 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.config import ModelConfig, ProviderConfig
 from protocol.errors import APIError, invalid_request
+from protocol.price_catalogue import catalogue_price
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,13 @@ class ModelRegistry:
             aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
         for m in models:
             canonical = f"{m.provider}/{m.upstream}"
+            provider = self._providers[m.provider]
             resolved = ResolvedModel(
-                canonical, self._providers[m.provider], m.upstream, m, tuple(aliases[canonical])
+                canonical,
+                provider,
+                m.upstream,
+                _with_catalogue(m, provider.kind),
+                tuple(aliases[canonical]),
             )
             self._by_alias[m.id] = resolved
             self._by_canonical.setdefault(canonical, resolved)
@@ -75,11 +81,26 @@ class ModelRegistry:
         provider = self._providers.get(provider_name)
         if not sep or not upstream or provider is None:
             raise model_not_found(name)
-        return ResolvedModel(name, provider, upstream, None)
+        listed = _with_catalogue(ModelConfig(name, provider_name, upstream), provider.kind)
+        return ResolvedModel(name, provider, upstream, listed if _priced(listed) else None)
 
     def configured(self) -> list[tuple[str, ResolvedModel]]:
         """The `[[models]]` entries as (alias, model), in configuration order."""
         return list(self._by_alias.items())
+
+
+def _priced(model: ModelConfig) -> bool:
+    return model.input_usd_per_mtok is not None
+
+
+def _with_catalogue(model: ModelConfig, kind: str) -> ModelConfig:
+    """The entry's token prices, or the shipped catalogue's when it gives none."""
+    if _priced(model):
+        return model
+    listed = catalogue_price(kind, model.upstream)
+    if listed is None:
+        return model
+    return replace(model, input_usd_per_mtok=listed[0], output_usd_per_mtok=listed[1])
 
 
 def require_price(model: ResolvedModel, *, output: bool) -> ModelConfig:
@@ -93,7 +114,7 @@ def require_price(model: ResolvedModel, *, output: bool) -> ModelConfig:
         or (output and price.output_usd_per_mtok is None)
     ):
         raise invalid_request(
-            f"No price is configured for the model {model.id!r}; add input_usd_per_mtok"
+            f"No price is configured or listed for the model {model.id!r}; add input_usd_per_mtok"
             + (" and output_usd_per_mtok" if output else "")
             + " to its [[models]] entry.",
             param="model",
