@@ -13,7 +13,7 @@ Semantics every backend keeps:
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -29,6 +29,12 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]: ...
+
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        """Run one statement once per parameter set (bulk inserts). Backends override this
+        with their driver's batch call; this fallback is one statement at a time."""
+        for params in rows:
+            await self.execute(sql, params)
 
     async def fetchrow(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
         rows = await self.fetch(sql, params)

@@ -8,7 +8,7 @@ query to the server, and the connection goes back to the pool. See docs/decision
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -54,6 +54,12 @@ class _ConnExecutor(Executor):
         text, args = _prepare(sql, params)
         records = await self._db._aio(self._conn.fetch, text, *args)
         return [dict(r) for r in records]
+
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        text, names = to_positional(sql)
+        args = [positional_args(names, p) for p in rows]
+        with _mapped_errors():
+            await self._db._aio(self._conn.executemany, text, args)
 
 
 def _rowcount(status: str) -> int:

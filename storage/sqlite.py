@@ -9,7 +9,7 @@ on Trio's worker threads, so they never queue behind a write.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -68,6 +68,13 @@ class _WriterExecutor(Executor):
 
     async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
         return await self._writer.call(lambda c: _rows(_run(c, sql, params)))
+
+    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            with _mapped_errors():
+                conn.executemany(sql, [dict(p) for p in rows])
+
+        await self._writer.call(run)
 
 
 def _run(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Cursor:
