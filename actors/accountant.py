@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 
 import trio
@@ -29,6 +28,7 @@ from actors.shared_holds import (
     SharedHolds,
     SharedHoldsUnavailable,
 )
+from actors.throttled_log import ThrottledWarning
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
 from protocol.ids import new_id
 from protocol.payments import PaymentDeclined, PaymentProcessor
@@ -40,24 +40,14 @@ log = logging.getLogger("gateway.accountant")
 
 # An attempt's claim counts as abandoned after this (a crashed instance); a declined payment
 # is retried after this long, not in a loop (docs/billing.md).
+_FLUSH_LIMIT_S = 10.0
 REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
 REPLENISH_RETRY_US = 60 * 60 * 1_000_000
 
 
-class _OutageLog:
-    """Logs a Redis outage at most every 10 s: it may hit every request."""
-
-    def __init__(self) -> None:
-        self._last = -math.inf
-
-    def __call__(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if now - self._last >= 10.0:
-            self._last = now
-            log.warning("shared holds unavailable, checking this instance's view only: %s", exc)
-
-
-shared_outage = _OutageLog()
+shared_outage = ThrottledWarning(
+    log, "shared holds unavailable, checking this instance's view only: %s"
+)
 
 
 class BudgetExceeded(Exception):
@@ -408,12 +398,16 @@ class Accountant(Actor):
                     with trio.move_on_after(self._flush_interval_s):
                         await self._wake.wait()
                     self._wake = trio.Event()
-                    await self.flush()
+                    # Never cancelled mid-write: a stop (or restart) waits for the flush in
+                    # progress, bounded. (Cancelling asyncpg mid-transaction at shutdown left
+                    # the final flush's ROLLBACK waiting forever on PostgreSQL.)
+                    with trio.CancelScope(shield=True), trio.move_on_after(_FLUSH_LIMIT_S):
+                        await self.flush()
         finally:
             self._tasks = None
             self._replenishing.clear()
             with trio.CancelScope(shield=True):  # stopping: write what is queued
-                with trio.move_on_after(10):
+                with trio.move_on_after(_FLUSH_LIMIT_S):
                     await self.flush()
 
     async def _heartbeats(self, shared: SharedHolds) -> None:

@@ -7,6 +7,7 @@ simulated upstream. Models: `small` → sim/sim-small and `haiku` → claude/cla
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -128,3 +129,46 @@ def sse_frames(text: str) -> list[str]:
 
 def chunks(text: str) -> list[dict[str, Any]]:
     return [msgspec.json.decode(f) for f in sse_frames(text) if f != "[DONE]"]
+
+
+async def open_raw_stream(rig: Rig, body: dict[str, Any], frames: int) -> trio.SocketStream:
+    """A chat stream on a raw socket (so that closing it really leaves mid-stream), once
+    `frames` data frames arrived; the caller closes it."""
+    host, port = rig.gateway.url.removeprefix("http://").split(":")
+    payload = msgspec.json.encode(body)
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    received = b""
+    with trio.fail_after(10):
+        while received.count(b"data: ") < frames:
+            received += await stream.receive_some()
+    assert received.startswith(b"HTTP/1.1 200"), received[:200]
+    return stream
+
+
+@asynccontextmanager
+async def two_instances(
+    database_url: str, tmp_path: Path, redis_url: str
+) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """Two gateways on one database and one Redis (same master key), one simulated upstream."""
+    async with trio.open_nursery() as nursery:
+        upstream = await nursery.start(serve_upstream)
+        toml = inference_toml(upstream.url)
+        config_a = gateway_config(
+            database_url, tmp_path / "a", toml=toml, GATEWAY_REDIS_URL=redis_url
+        )
+        assert config_a.master_key is not None
+        config_b = gateway_config(
+            database_url,
+            tmp_path / "b",
+            toml=toml,
+            GATEWAY_REDIS_URL=redis_url,
+            GATEWAY_MASTER_KEY=base64.b64encode(config_a.master_key).decode(),
+        )
+        async with running_gateway(config_a) as a, running_gateway(config_b) as b:
+            yield a, b
+        nursery.cancel_scope.cancel()

@@ -4,11 +4,11 @@ and the steps every inference route shares (authenticate, admit, answer)."""
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from actors.ratelimit import RateLimiter, RateLimiterUnavailable
+from actors.throttled_log import ThrottledWarning
 from gateway.asgi import Headers, header, send_json
 from gateway.auth import Authenticator
 from gateway.config import ModelConfig
@@ -23,23 +23,9 @@ from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
 
 log = logging.getLogger("gateway.ratelimit")
-_WARN_EVERY_S = 10.0
-
-
-class _OutageLog:
-    """Logs a limiter outage at most every 10 s: it may hit every request."""
-
-    def __init__(self) -> None:
-        self._last = -_WARN_EVERY_S
-
-    def __call__(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if now - self._last >= _WARN_EVERY_S:
-            self._last = now
-            log.warning("rate limiter unavailable, admitting without a limit: %s", exc)
-
-
-limiter_unavailable = _OutageLog()
+limiter_unavailable = ThrottledWarning(
+    log, "rate limiter unavailable, admitting without a limit: %s"
+)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from protocol.billing import charge_micros
-from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig
+from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, open_raw_stream
 from tests.waiting import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -175,19 +175,8 @@ async def test_a_disconnected_stream_is_charged_for_what_was_relayed(
     caplog.set_level("INFO", logger="gateway.access")
     rig.upstream.behavior.chunk_interval_s = 0.05
     rig.upstream.behavior.completion_tokens = 1000
-    gw = rig.gateway
-    host, port = gw.url.removeprefix("http://").split(":")
-    payload = json.dumps({"model": "small", "messages": MESSAGES, "stream": True}).encode()
-    stream = await trio.open_tcp_stream(host, int(port))
-    await stream.send_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
-        + payload
-    )
-    received = b""
-    with trio.fail_after(10):
-        while received.count(b"data: ") < 4:
-            received += await stream.receive_some()
+    body = {"model": "small", "messages": MESSAGES, "stream": True}
+    stream = await open_raw_stream(rig, body, frames=4)
     await stream.aclose()
 
     def entry() -> dict[str, Any] | None:

@@ -4,47 +4,19 @@ budget or the organization's balance, and the balance still equals the sum of it
 
 from __future__ import annotations
 
-import base64
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
-from bench.upstream import serve_upstream
 from tests.backends import REDIS_URL
-from tests.harness import Gateway, gateway_config, running_gateway
-from tests.inference import inference_toml
+from tests.harness import Gateway
+from tests.inference import two_instances
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL")
 
 BODY = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
-
-
-@asynccontextmanager
-async def two_instances(
-    database_url: str, tmp_path: Path
-) -> AsyncIterator[tuple[Gateway, Gateway]]:
-    assert REDIS_URL is not None
-    async with trio.open_nursery() as nursery:
-        upstream = await nursery.start(serve_upstream)
-        toml = inference_toml(upstream.url)
-        config_a = gateway_config(
-            database_url, tmp_path / "a", toml=toml, GATEWAY_REDIS_URL=REDIS_URL
-        )
-        assert config_a.master_key is not None
-        config_b = gateway_config(
-            database_url,
-            tmp_path / "b",
-            toml=toml,
-            GATEWAY_REDIS_URL=REDIS_URL,
-            GATEWAY_MASTER_KEY=base64.b64encode(config_a.master_key).decode(),
-        )
-        async with running_gateway(config_a) as a, running_gateway(config_b) as b:
-            yield a, b
-        nursery.cancel_scope.cancel()
 
 
 async def flushed_usage(a: Gateway, b: Gateway, settled: int) -> None:
@@ -72,7 +44,8 @@ async def burst(gateways: tuple[Gateway, Gateway], key: str, n: int) -> list[tup
 async def test_a_budget_covering_50_admits_at_most_50_across_two_instances(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with two_instances(database_url, tmp_path) as (a, b):
+    assert REDIS_URL is not None
+    async with two_instances(database_url, tmp_path, REDIS_URL) as (a, b):
         topup = await a.client.post("/v1/credits/topup", json={"amount_usd": 100}, headers=a.auth())
         assert topup.status_code == 200
         probe = await a.client.post("/v1/chat/completions", json=BODY, headers=a.auth())
@@ -104,7 +77,8 @@ async def test_a_budget_covering_50_admits_at_most_50_across_two_instances(
 async def test_a_balance_covering_about_50_is_never_overspent_across_two_instances(
     database_url: str, tmp_path: Path
 ) -> None:
-    async with two_instances(database_url, tmp_path) as (a, b):
+    assert REDIS_URL is not None
+    async with two_instances(database_url, tmp_path, REDIS_URL) as (a, b):
         ledger = a.runtime.storage.ledger
         # Each request holds up to ~45 micro-USD; 2,000 of credit covers about 45 of them.
         await a.runtime.accountant.credit(a.org_id, "adjustment", 2_000, "test credit")

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from tests.gateway.keys_client import error_of
-from tests.inference import Rig, chunks, inference_rig, sse_frames
+from tests.inference import Rig, chunks, inference_rig, open_raw_stream, sse_frames
 from tests.waiting import wait_until
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -119,20 +119,7 @@ async def test_client_disconnect_closes_the_upstream_and_logs_499(
     rig.upstream.behavior.chunk_interval_s = 0.05
     rig.upstream.behavior.completion_tokens = 1000
     gw = rig.gateway
-    # A raw socket, so that leaving really is closing the connection mid-stream.
-    host, port = gw.url.removeprefix("http://").split(":")
-    payload = json.dumps(STREAM).encode()
-    stream = await trio.open_tcp_stream(host, int(port))
-    await stream.send_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
-        + payload
-    )
-    received = b""
-    with trio.fail_after(10):
-        while received.count(b"data: ") < 3:
-            received += await stream.receive_some()
-    assert received.startswith(b"HTTP/1.1 200")
+    stream = await open_raw_stream(rig, STREAM, frames=3)
     await stream.aclose()
     with trio.fail_after(10):
         await rig.upstream.wait_streams_idle()
