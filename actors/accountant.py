@@ -30,7 +30,7 @@ from actors.shared_holds import (
 )
 from actors.throttled_log import ThrottledWarning
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
-from protocol.ids import new_id
+from protocol.ids import ordered_id
 from protocol.payments import PaymentDeclined, PaymentProcessor
 from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
@@ -534,7 +534,7 @@ def usage_charge(
 ) -> UsageCharge:
     """A charge with its transaction id fixed now, so a retried flush recognises it."""
     return UsageCharge(
-        id=new_id("txn"),
+        id=ordered_id("txn", created_at),
         org_id=org_id,
         key_id=key_id,
         model=model,

@@ -14,13 +14,10 @@ _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 @lru_cache(maxsize=1024)
 def to_positional(sql: str) -> tuple[str, tuple[str, ...]]:
     """Rewrite once per distinct statement; returns the SQL and the parameter order."""
-    order: list[str] = []
+    order: dict[str, int] = {}  # name -> its $n (a dict: statements may have many names)
 
     def number(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in order:
-            order.append(name)
-        return f"${order.index(name) + 1}"
+        return f"${order.setdefault(match.group(1), len(order) + 1)}"
 
     return _NAMED.sub(number, sql), tuple(order)
 
