@@ -111,3 +111,44 @@ def thresholds_crossed(before: int, after: int, cap: int) -> list[int]:
 
 def period_name(label: str) -> str:
     return "daily" if label.startswith("d:") else "monthly"
+
+
+_PRICE_SCALE = 1_000_000  # prices known to 1e-6 USD per million tokens
+_DIVISOR = _PRICE_SCALE * 1000  # × the fee in permille
+
+
+@dataclass(frozen=True, slots=True)
+class Tariff:
+    """A model's token prices with a plan's fee, as integers: the hot path's charge and
+    reservation without Decimal, equal to `charge_micros` / `reserve_micros` of the Decimal
+    cost (checked against them in tests/protocol/test_billing.py)."""
+
+    input_units: int  # USD per million tokens × 1e6
+    output_units: int
+    fee_factor: int  # 1000 + fee in permille (4 % -> 1040)
+
+    def _scaled(self, prompt_tokens: int, completion_tokens: int) -> int:
+        cost = prompt_tokens * self.input_units + completion_tokens * self.output_units
+        return cost * self.fee_factor
+
+    def charge_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """Rounded half up, as `charge_micros`."""
+        return (self._scaled(prompt_tokens, completion_tokens) + _DIVISOR // 2) // _DIVISOR
+
+    def reserve_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """Rounded up, as `reserve_micros`."""
+        return -(-self._scaled(prompt_tokens, completion_tokens) // _DIVISOR)
+
+
+FREE_TARIFF = Tariff(0, 0, 1000)
+
+
+@lru_cache(maxsize=4096)
+def tariff(input_usd: Decimal, output_usd: Decimal | None, fee: Decimal) -> Tariff | None:
+    """The integer tariff, or None when a price has more than 6 decimals or the fee more
+    than 1 (then the Decimal functions above apply)."""
+    units = [value * _PRICE_SCALE for value in (input_usd, output_usd or Decimal(0))]
+    permille = fee * 10
+    if any(u != u.to_integral_value() for u in (*units, permille)):
+        return None
+    return Tariff(int(units[0]), int(units[1]), 1000 + int(permille))

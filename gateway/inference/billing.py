@@ -17,7 +17,16 @@ from actors.accountant import (
 )
 from gateway.config import ModelConfig
 from gateway.request_context import RequestContext
-from protocol.billing import KeyBudget, charge_micros, fee_percent, period_name, reserve_micros
+from protocol.billing import (
+    FREE_TARIFF,
+    KeyBudget,
+    Tariff,
+    charge_micros,
+    fee_percent,
+    period_name,
+    reserve_micros,
+    tariff,
+)
 from protocol.errors import payment_required
 from protocol.money import micros_to_usd
 from protocol.pricing import estimate_tokens, token_cost_usd
@@ -38,6 +47,34 @@ def provider_cost(price: ModelConfig, usage: Usage) -> Decimal:
     )
 
 
+class Pricing:
+    """How one request is priced: an integer tariff when the prices allow (the usual case, no
+    Decimal on the hot path), else the exact Decimal computation."""
+
+    def __init__(self, price: ModelConfig | None, fee: Decimal) -> None:
+        self._price = price
+        self._fee = fee
+        if price is None:  # the org's own provider key: no cost, no fee
+            self._tariff: Tariff | None = FREE_TARIFF
+        else:
+            assert price.input_usd_per_mtok is not None
+            self._tariff = tariff(price.input_usd_per_mtok, price.output_usd_per_mtok, fee)
+
+    def charge(self, prompt_tokens: int, completion_tokens: int) -> int:
+        if self._tariff is not None:
+            return self._tariff.charge_micros(prompt_tokens, completion_tokens)
+        assert self._price is not None
+        cost = provider_cost(self._price, Usage(prompt_tokens, completion_tokens))
+        return charge_micros(cost, self._fee)
+
+    def most(self, prompt_tokens: int, completion_tokens: int) -> int:
+        if self._tariff is not None:
+            return self._tariff.reserve_micros(prompt_tokens, completion_tokens)
+        assert self._price is not None
+        cost = provider_cost(self._price, Usage(prompt_tokens, completion_tokens))
+        return reserve_micros(cost, self._fee)
+
+
 class Bill:
     """One request's reservation, settled once (`charge`) or released (`close`)."""
 
@@ -45,18 +82,18 @@ class Bill:
         self,
         accountant: Accountant,
         reservation: Reservation,
-        fee: Decimal,
+        pricing: Pricing,
         description: str,
         budget: KeyBudget | None = None,
     ) -> None:
         self._accountant = accountant
         self._reservation = reservation
-        self._fee = fee
+        self._pricing = pricing
         self._description = description
         self._budget = budget
 
-    def charge(self, ctx: RequestContext, cost: Decimal, key_id: str | None) -> int:
-        micros = charge_micros(cost, self._fee)
+    def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
+        micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
         self._accountant.settle(
             self._reservation,
             usage_charge(
@@ -91,16 +128,10 @@ async def open_bill(
     the key cannot hold it (and `budget.exhausted` is written once per period), 402
     `insufficient_credits` when the balance cannot."""
     plan = await accountant.plan_of(org_id)
-    fee = fee_percent(plan)
-    assert price.input_usd_per_mtok is not None
-    most = token_cost_usd(
-        estimate_tokens(prompt_bytes),
-        output_tokens,
-        price.input_usd_per_mtok,
-        price.output_usd_per_mtok,
-    )
+    pricing = Pricing(price, fee_percent(plan))
+    most = pricing.most(estimate_tokens(prompt_bytes), output_tokens)
     try:
-        reservation = await accountant.reserve(org_id, reserve_micros(most, fee), budget)
+        reservation = await accountant.reserve(org_id, most, budget)
     except BudgetExceeded as exc:
         await accountant.note_exhausted(org_id, exc)
         period = period_name(exc.period.label)
@@ -118,7 +149,7 @@ async def open_bill(
             f" request (up to ${needed:.6f}); top up with POST /v1/credits/topup.",
             code="insufficient_credits",
         ) from None
-    return Bill(accountant, reservation, fee, description, budget)
+    return Bill(accountant, reservation, pricing, description, budget)
 
 
 async def open_free_bill(accountant: Accountant, org_id: str, description: str) -> Bill:
@@ -127,4 +158,4 @@ async def open_free_bill(accountant: Accountant, org_id: str, description: str) 
     balance, even below zero — and the charge is 0 (no fee), written as a usage row for the
     record. The zero reservation is the accountant's own type, settled as any other."""
     plan = await accountant.plan_of(org_id)
-    return Bill(accountant, Reservation(org_id, plan, 0), Decimal(0), description)
+    return Bill(accountant, Reservation(org_id, plan, 0), Pricing(None, Decimal(0)), description)

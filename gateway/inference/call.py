@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from actors.ratelimit import RateLimiter, RateLimiterUnavailable
 from actors.throttled_log import ThrottledWarning
@@ -18,7 +17,6 @@ from gateway.model_registry import ResolvedModel
 from gateway.principal import Principal
 from gateway.request_context import RequestContext
 from protocol.errors import APIError, forbidden
-from protocol.money import micros_to_usd
 from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
 
@@ -85,17 +83,15 @@ class Call:
         With the org's own key the cost is 0 (`price` is None only then)."""
         self.ctx.prompt_tokens = usage.prompt_tokens
         self.ctx.completion_tokens = usage.completion_tokens
-        if self.own_key is not None:
-            cost = Decimal(0)
-        else:
+        if self.bill is not None:
+            key_id = self.principal.key_id if self.principal else None
+            self.ctx.cost_usd = self.bill.charge(self.ctx, usage, key_id) / 1_000_000
+            self.bill = None
+        elif self.own_key is not None:
+            self.ctx.cost_usd = 0.0
+        else:  # billing off: the provider cost, for the log
             assert price is not None
-            cost = provider_cost(price, usage)
-        if self.bill is None:
-            self.ctx.cost_usd = float(cost)
-            return
-        key_id = self.principal.key_id if self.principal else None
-        self.ctx.cost_usd = micros_to_usd(self.bill.charge(self.ctx, cost, key_id))
-        self.bill = None
+            self.ctx.cost_usd = float(provider_cost(price, usage))
 
     def close_bill(self) -> None:
         """Release a reservation nothing was charged against (the request failed)."""
