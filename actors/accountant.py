@@ -354,11 +354,11 @@ class Accountant(Actor):
             if view is not None and now - view.loaded_at < self._balance_ttl_s:
                 return view  # another request re-read it while this one waited
             account = await self._ledger.account(org_id)
+            org = await self._orgs.get(org_id)  # re-read too: the plan (and fee) may change
+            plan = org.plan if org else "free"
             if view is None:
-                org = await self._orgs.get(org_id)
-                view = self._views[org_id] = OrgView(
-                    plan=org.plan if org else "free", balance=0, loaded_at=now
-                )
+                view = self._views[org_id] = OrgView(plan=plan, balance=0, loaded_at=now)
+            view.plan = plan
             view.balance = account.balance_micros
             view.replenish_below = (
                 account.replenish_threshold_micros

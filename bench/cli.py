@@ -15,8 +15,22 @@ import trio
 
 from bench.http_client import Endpoint
 from bench.load import Scenario
-from bench.report import Row, terminal_table, workers_scaling, write_csv, write_plots
-from bench.suite import SuiteError, SuiteOptions, measure, raise_fd_limit, run_suite
+from bench.report import (
+    Row,
+    billing_overhead,
+    terminal_table,
+    workers_scaling,
+    write_csv,
+    write_plots,
+)
+from bench.suite import (
+    SuiteError,
+    SuiteOptions,
+    compare_billing,
+    measure,
+    raise_fd_limit,
+    run_suite,
+)
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
@@ -66,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
         "(below 2: skip)",
     )
 
+    billing = commands.add_parser(
+        "billing",
+        help="billing on and off loaded at the same time on one CPU: what billing costs",
+    )
+    billing.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
+    billing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    billing.add_argument("--out", type=Path, help="write bench.csv here")
+
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
     run.add_argument("--api-key", required=True)
@@ -80,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, run):
+    for sub in (suite, billing, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -156,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                 billing=not args.no_billing,
             )
             rows = trio.run(run_suite, options)
+        elif args.command == "billing":
+            options = SuiteOptions(
+                concurrency=args.concurrency,
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+            )
+            rows = trio.run(compare_billing, options)
         else:
             rows = trio.run(_run_target, args)
     except SuiteError as exc:
@@ -166,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(terminal_table(rows), end="")
     print(workers_scaling(rows), end="")
+    print(billing_overhead(rows), end="")
     if args.out is not None:
         _write_outputs(args.out, rows)
     return 1 if any(row.errors for row in rows) else 0

@@ -160,6 +160,22 @@ def workers_scaling(results: Sequence[Row]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def billing_overhead(results: Sequence[Row]) -> str:
+    """`billing-on` against `billing-off` rows of one mode: CPU per request and throughput."""
+    off = {r.mode: r for r in results if r.scenario == "billing-off"}
+    lines = []
+    for on in (r for r in results if r.scenario == "billing-on"):
+        base = off.get(on.mode)
+        if base is None or not base.rps or not base.gateway_cpu_us_per_req:
+            continue
+        cpu = (on.gateway_cpu_us_per_req or 0) / base.gateway_cpu_us_per_req
+        lines.append(
+            f"{on.mode} at concurrency {on.concurrency}: billing on uses {cpu:.2f}x the CPU per"
+            f" request of billing off; throughput {on.rps / base.rps:.2f}x"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
 def write_csv(path: Path | str, rows: Iterable[Row]) -> None:
     """One header line of `Row` field names, then one line per row; None is written empty."""
     names = [f.name for f in fields(Row)]
@@ -203,7 +219,9 @@ def write_plots(out_dir: Path | str, rows: Sequence[Row]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     # Single points (slow streams at N, the workers comparison) would only clutter the lines.
     plotted = [
-        r for r in rows if r.scenario != SLOW_STREAMS and not r.scenario.startswith("workers-")
+        r
+        for r in rows
+        if r.scenario != SLOW_STREAMS and not r.scenario.startswith(("workers-", "billing-"))
     ]
     modes = [m for m in ("json", "sse") if any(r.mode == m for r in plotted)] or ["json"]
     scenarios = list(dict.fromkeys(r.scenario for r in plotted))

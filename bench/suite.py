@@ -22,7 +22,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -501,3 +501,68 @@ async def _workers_scaling(workdir: Path, options: SuiteOptions) -> list[Row]:
                 measured = await measure(scenario, gateway_pid=pid, progress=options.progress)
                 rows.append(Row.from_measured(measured))
     return rows
+
+
+BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
+
+
+async def compare_billing(options: SuiteOptions) -> list[Row]:
+    """Billing on against billing off, loaded at the same time: two stacks whose gateways are
+    pinned to the same CPU, so this machine's speed drift hits both alike (runs taken one after
+    the other here differ by up to 2x). Compare their `gateway CPU us/req`."""
+    raise_fd_limit()
+    cpus = CpuPlan.choose()
+    own_affinity = os.sched_getaffinity(0)
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus.load})
+    top = max(options.concurrency, default=1)
+    rows: list[Row] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+
+            def billing_stack(billing: bool) -> AbstractAsyncContextManager[Stack]:
+                return stack(
+                    Path(tmp) / BILLING_ON if billing else Path(tmp) / BILLING_OFF,
+                    cpus,
+                    chunk_interval_ms=None,
+                    completion_tokens=options.completion_tokens,
+                    max_connections=top + 64,
+                    keepalive=top + 64,
+                    billing=billing,
+                )
+
+            async with billing_stack(True) as on, billing_stack(False) as off:
+                for mode in options.modes:
+                    rows += await _at_once(
+                        [(BILLING_ON, on), (BILLING_OFF, off)], options, mode == "sse", top
+                    )
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+    return rows
+
+
+async def _at_once(
+    stacks: list[tuple[str, Stack]], options: SuiteOptions, stream: bool, concurrency: int
+) -> list[Row]:
+    measured: dict[str, Measured] = {}
+
+    async def one(name: str, s: Stack) -> None:
+        scenario = Scenario(
+            name,
+            s.gateway.url.rstrip("/") + "/v1",
+            s.gateway_key,
+            MODEL,
+            stream,
+            concurrency,
+            duration_s=options.duration_s,
+            warmup_s=options.warmup_s,
+            max_tokens=options.completion_tokens,
+        )
+        measured[name] = await measure(
+            scenario, gateway_pid=s.gateway.process.pid, progress=options.progress
+        )
+
+    async with trio.open_nursery() as nursery:
+        for name, s in stacks:
+            nursery.start_soon(one, name, s)
+    return [Row.from_measured(measured[name]) for name, _ in stacks]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from bench.load import LoadResult, Scenario
@@ -12,6 +13,7 @@ from bench.report import (
     SLOW_STREAMS,
     Progress,
     Row,
+    billing_overhead,
     read_csv,
     terminal_table,
     workers_scaling,
@@ -182,3 +184,19 @@ def test_workers_scaling_compares_each_mode_with_one_worker() -> None:
         "sse at concurrency 64: 2 workers 14 req/s = 3.50x one worker (4 req/s)\n"
     )
     assert workers_scaling(rows[2:]) == ""  # nothing to compare with
+
+
+def test_billing_overhead_compares_on_with_off_per_mode() -> None:
+    def row(name: str, stream: bool, n: int, cpu: float) -> Row:
+        r = Row.from_result(result(stream, 64, [1.0] * n), scenario=name)
+        return replace(r, gateway_cpu_us_per_req=cpu)
+
+    rows = [
+        row("billing-on", False, 9, 250.0),
+        row("billing-off", False, 10, 200.0),
+        row("billing-on", True, 4, 100.0),  # no "off" for sse: not compared
+    ]
+    assert billing_overhead(rows) == (
+        "json at concurrency 64: billing on uses 1.25x the CPU per request of billing off;"
+        " throughput 0.90x\n"
+    )
