@@ -16,6 +16,7 @@ _REF = "#/components/schemas/{name}"
 _STATUS_TEXT = {
     400: "Invalid request",
     401: "Missing or invalid credential",
+    402: "Payment declined, insufficient credits, or a budget used up",
     403: "The credential lacks the needed scope",
     404: "Not found",
     409: "Conflict",

@@ -28,7 +28,7 @@ OPERATIONS = [
         "Chat completion, JSON or SSE (`stream: true`)",
         "Inference",
         scope="chat:completions",
-        errors=(400, 401, 403, 404, 413, 429),
+        errors=(400, 401, 402, 403, 404, 413, 429, 502, 504),
     ),
     Operation(
         "POST",
@@ -36,7 +36,7 @@ OPERATIONS = [
         "Embeddings",
         "Inference",
         scope="embeddings",
-        errors=(400, 401, 403, 404, 413, 429),
+        errors=(400, 401, 402, 403, 404, 413, 429, 502, 504),
     ),
     Operation(
         "GET",

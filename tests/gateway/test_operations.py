@@ -116,6 +116,9 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
     assert schema["required"] == ["name"]
     assert {"scopes", "rate_limit_rpm", "expires_at"} <= set(schema["properties"])
     assert {"400", "401", "403", "409"} <= set(create["responses"])
+    chat = paths["/v1/chat/completions"]["post"]["responses"]
+    assert {"402", "429", "502", "504"} <= set(chat)
+    assert "402" in paths["/v1/credits/topup"]["post"]["responses"]
     # Every route the app serves is documented.
     app_rules = {
         "/v1/chat/completions",
