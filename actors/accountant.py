@@ -30,7 +30,6 @@ from actors.shared_holds import (
 )
 from actors.throttled_log import ThrottledWarning
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
-from protocol.ids import ordered_id
 from protocol.payments import PaymentDeclined, PaymentProcessor
 from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
@@ -153,6 +152,7 @@ class Accountant(Actor):
         self._shared = shared
         self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
         self._replenishing: set[str] = set()
+        self._rereading: set[str] = set()  # orgs whose stale view is being re-read
         self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
 
@@ -180,6 +180,28 @@ class Accountant(Actor):
     async def plan_of(self, org_id: str) -> str:
         return (await self._view(org_id)).plan
 
+    def fresh_plan(self, org_id: str) -> str | None:
+        """The org's plan without I/O, when its view is usable (else None: `plan_of`)."""
+        view = self._usable_view(org_id)
+        return None if view is None else view.plan
+
+    def reserve_now(
+        self, org_id: str, micros: int, budget: KeyBudget | None = None
+    ) -> Reservation | None:
+        """`reserve` without I/O: the usual case, where this instance alone holds (no Redis)
+        and the views it needs are fresh. None when it would need I/O: call `reserve`."""
+        if self._shared is not None:
+            return None
+        view = self._usable_view(org_id)
+        if view is None:
+            return None
+        key_view = None
+        if budget is not None and budget.capped:
+            key_view = self._keys.get(budget.key_id)
+            if key_view is None or trio.current_time() - key_view.loaded_at >= self._balance_ttl_s:
+                return None
+        return self._hold(view, key_view, org_id, micros, budget)
+
     async def reserve(
         self, org_id: str, micros: int, budget: KeyBudget | None = None
     ) -> Reservation:
@@ -199,7 +221,17 @@ class Accountant(Actor):
         key_view = None
         if budget is not None and budget.capped:
             key_view = await self._key_view(budget.key_id)
-        # No await from here on: the checks and the holds happen as one step.
+        return self._hold(view, key_view, org_id, micros, budget)
+
+    def _hold(
+        self,
+        view: OrgView,
+        key_view: KeyView | None,
+        org_id: str,
+        micros: int,
+        budget: KeyBudget | None,
+    ) -> Reservation:
+        """The checks and the holds, as one step (no await)."""
         if budget is not None and key_view is not None:
             now = now_us()
             for cap, period in (
@@ -210,16 +242,15 @@ class Accountant(Actor):
                 if cap is not None and committed + micros > cap:
                     self.stats.refused += 1
                     raise BudgetExceeded(budget, period, cap, committed)
-        if view.available < micros:
+        if view.balance - view.pending - view.reserved < micros:
             self.stats.refused += 1
             raise InsufficientCredits(org_id, view.available, micros)
         view.reserved += micros
-        reservation = Reservation(org_id, view.plan, micros)
-        if key_view is not None and budget is not None:
-            key_view.reserved += micros
-            reservation.key_id = budget.key_id
         self.stats.reserved += 1
-        return reservation
+        if key_view is None or budget is None:
+            return Reservation(org_id, view.plan, micros)
+        key_view.reserved += micros
+        return Reservation(org_id, view.plan, micros, budget.key_id)
 
     async def _reserve_shared(
         self,
@@ -344,9 +375,37 @@ class Accountant(Actor):
         view = self._views.get(org_id)
         return 0 if view is None else view.pending
 
-    async def _view(self, org_id: str) -> OrgView:
+    def _usable_view(self, org_id: str) -> OrgView | None:
+        """The org's view when it can be used without I/O: fresh, or stale by age only (not
+        invalidated by `refresh`) while the accountant runs, in which case it is re-read in
+        the background. Requests never wait for that re-read (they waited behind the flush
+        holding the lock: a stall of every request of the org once a second). A stale view
+        is still exact for this instance's own spending; what it misses is a change made
+        elsewhere (another instance's top-up, a plan change) for one re-read longer."""
         view = self._views.get(org_id)
-        if view is not None and trio.current_time() - view.loaded_at < self._balance_ttl_s:
+        if view is None:
+            return None
+        age = trio.current_time() - view.loaded_at
+        if age < self._balance_ttl_s:
+            return view
+        if age == math.inf or self._tasks is None:
+            return None
+        if org_id not in self._rereading:
+            self._rereading.add(org_id)
+            self._tasks.start_soon(self._reread, org_id)
+        return view
+
+    async def _reread(self, org_id: str) -> None:
+        try:
+            await self._view(org_id, reread=True)
+        except Exception as exc:  # the stale view stays in use; the next request tries again
+            log.warning("re-reading the account of %s failed: %s", org_id, exc)
+        finally:
+            self._rereading.discard(org_id)
+
+    async def _view(self, org_id: str, *, reread: bool = False) -> OrgView:
+        view = None if reread else self._usable_view(org_id)
+        if view is not None:
             return view
         async with self._lock:  # no flush in between: `pending` matches what is stored
             view = self._views.get(org_id)
@@ -406,6 +465,7 @@ class Accountant(Actor):
         finally:
             self._tasks = None
             self._replenishing.clear()
+            self._rereading.clear()
             with trio.CancelScope(shield=True):  # stopping: write what is queued
                 with trio.move_on_after(_FLUSH_LIMIT_S):
                     await self.flush()
@@ -519,28 +579,3 @@ class Accountant(Actor):
 
 def _labels(created_at: int) -> tuple[str, str]:
     return day_of(created_at).label, month_of(created_at).label
-
-
-def usage_charge(
-    *,
-    org_id: str,
-    key_id: str | None,
-    model: str,
-    request_id: str,
-    micros: int,
-    description: str,
-    created_at: int,
-    budget: KeyBudget | None = None,
-) -> UsageCharge:
-    """A charge with its transaction id fixed now, so a retried flush recognises it."""
-    return UsageCharge(
-        id=ordered_id("txn", created_at),
-        org_id=org_id,
-        key_id=key_id,
-        model=model,
-        request_id=request_id,
-        micros=micros,
-        description=description,
-        created_at=created_at,
-        budget=budget,
-    )

@@ -127,17 +127,15 @@ class Tariff:
     output_units: int
     fee_factor: int  # 1000 + fee in permille (4 % -> 1040)
 
-    def _scaled(self, prompt_tokens: int, completion_tokens: int) -> int:
-        cost = prompt_tokens * self.input_units + completion_tokens * self.output_units
-        return cost * self.fee_factor
-
     def charge_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
         """Rounded half up, as `charge_micros`."""
-        return (self._scaled(prompt_tokens, completion_tokens) + _DIVISOR // 2) // _DIVISOR
+        cost = prompt_tokens * self.input_units + completion_tokens * self.output_units
+        return (cost * self.fee_factor + _DIVISOR // 2) // _DIVISOR
 
     def reserve_micros(self, prompt_tokens: int, completion_tokens: int) -> int:
         """Rounded up, as `reserve_micros`."""
-        return -(-self._scaled(prompt_tokens, completion_tokens) // _DIVISOR)
+        cost = prompt_tokens * self.input_units + completion_tokens * self.output_units
+        return -(-cost * self.fee_factor // _DIVISOR)
 
 
 FREE_TARIFF = Tariff(0, 0, 1000)

@@ -18,7 +18,7 @@ import msgspec
 
 from protocol.decoding import decode_json
 from protocol.errors import ErrorBody, ErrorDetail, invalid_request
-from protocol.ids import random_token
+from protocol.ids import random_id_chars
 from protocol.sse import DONE, data_event
 from protocol.usage import Usage, usage_from_object
 
@@ -145,7 +145,7 @@ def error_frame(message: str, *, code: str) -> bytes:
 
 
 def new_completion_id() -> str:
-    return "chatcmpl-" + random_token(24)
+    return "chatcmpl-" + random_id_chars(24)
 
 
 _decode_chunk = msgspec.json.Decoder().decode

@@ -30,11 +30,16 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]: ...
 
-    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
-        """Run one statement once per parameter set (bulk inserts). Backends override this
-        with their driver's batch call; this fallback is one statement at a time."""
-        for params in rows:
-            await self.execute(sql, params)
+    async def insert_many(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        """Insert `rows` (values in the order of `columns`) into `table`: bulk inserts, one
+        prepared statement run per row by the driver. `table` and `columns` are the code's
+        own names, never input. Backends override this with their driver's batch call; this
+        fallback is one statement at a time."""
+        sql = insert_sql(table, columns, [f":p{i}" for i in range(len(columns))])
+        for row in rows:
+            await self.execute(sql, {f"p{i}": value for i, value in enumerate(row)})
 
     async def fetchrow(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
         rows = await self.fetch(sql, params)
@@ -43,6 +48,14 @@ class Executor(abc.ABC):
     async def fetchval(self, sql: str, params: Params = _NO_PARAMS) -> Any:
         row = await self.fetchrow(sql, params)
         return None if row is None else next(iter(row.values()))
+
+
+def insert_sql(
+    table: str, columns: Sequence[str], placeholders: Sequence[str], rows: int = 1
+) -> str:
+    """`INSERT INTO table (columns) VALUES (placeholders)`, the values `rows` times."""
+    one = f"({', '.join(placeholders)})"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([one] * rows)}"
 
 
 class Database(Executor):

@@ -16,7 +16,7 @@ import asyncpg
 import trio
 import trio_asyncio
 
-from storage.database import _NO_PARAMS, Database, Executor, Params, Row
+from storage.database import _NO_PARAMS, Database, Executor, Params, Row, insert_sql
 from storage.errors import StorageUnavailable, UniqueViolation
 from storage.sql import positional_args, to_positional
 
@@ -55,11 +55,12 @@ class _ConnExecutor(Executor):
         records = await self._db._aio(self._conn.fetch, text, *args)
         return [dict(r) for r in records]
 
-    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
-        text, names = to_positional(sql)
-        args = [positional_args(names, p) for p in rows]
+    async def insert_many(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        sql = insert_sql(table, columns, [f"${i}" for i in range(1, len(columns) + 1)])
         with _mapped_errors():
-            await self._db._aio(self._conn.executemany, text, args)
+            await self._db._aio(self._conn.executemany, sql, rows)
 
 
 def _rowcount(status: str) -> int:

@@ -16,13 +16,14 @@ from typing import TypeVar
 
 import trio
 
-from storage.database import _NO_PARAMS, Database, Executor, Params, Row
+from storage.database import _NO_PARAMS, Database, Executor, Params, Row, insert_sql
 from storage.errors import StorageUnavailable, UniqueViolation
 from storage.sqlite_thread import ConnectionThread
 
 T = TypeVar("T")
 _BUSY_TIMEOUT_MS = 10_000
 _READERS = 4
+_MAX_PARAMS = 30_000  # per statement (SQLite's limit is 32,766 since 3.32)
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -69,10 +70,22 @@ class _WriterExecutor(Executor):
     async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
         return await self._writer.call(lambda c: _rows(_run(c, sql, params)))
 
-    async def executemany(self, sql: str, rows: Sequence[Params]) -> None:
+    async def insert_many(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
+    ) -> None:
+        # Many rows per statement (`VALUES (?, …), (?, …), …`), not executemany: sqlite3 lets
+        # go of the GIL around every step, so a row per step made the writer thread and the
+        # event loop trade the GIL once a row (measured: ~5 against ~8 µs a row, and fewer
+        # stalls of the event loop). Positional parameters: binding named ones is quadratic.
+        per = max(1, _MAX_PARAMS // len(columns))
+        marks = ["?"] * len(columns)
+
         def run(conn: sqlite3.Connection) -> None:
             with _mapped_errors():
-                conn.executemany(sql, [dict(p) for p in rows])
+                for start in range(0, len(rows), per):
+                    chunk = rows[start : start + per]
+                    sql = insert_sql(table, columns, marks, len(chunk))
+                    conn.execute(sql, [value for row in chunk for value in row])
 
         await self._writer.call(run)
 

@@ -4,6 +4,8 @@ it cost, rate limit."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill
 from gateway.inference.call import Call
@@ -71,14 +73,20 @@ async def reserve(
         price,
         prompt_bytes=prompt_bytes,
         output_tokens=output_tokens,
-        description=f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model}",
+        description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
 
 
+@lru_cache(maxsize=1024)
+def _description(capability: str, model: str) -> str:
+    """A usage row's description, e.g. `Chat completions: gpt-4o-mini`."""
+    return f"{_DESCRIPTIONS[capability].capitalize()}: {model}"
+
+
 def key_budget(call: Call) -> KeyBudget | None:
-    """The calling secret key's caps (management keys have none)."""
+    """The calling secret key's caps; None when it has none (management keys never do)."""
     key = call.principal.key if call.principal else None
-    if key is None:
+    if key is None or (key.daily_budget_micros is None and key.monthly_budget_micros is None):
         return None
     return KeyBudget(key.id, key.name, key.daily_budget_micros, key.monthly_budget_micros)

@@ -8,13 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from actors.accountant import (
-    Accountant,
-    BudgetExceeded,
-    InsufficientCredits,
-    Reservation,
-    usage_charge,
-)
+from actors.accountant import Accountant, BudgetExceeded, InsufficientCredits, Reservation
 from gateway.config import ModelConfig
 from gateway.request_context import RequestContext
 from protocol.billing import (
@@ -28,10 +22,12 @@ from protocol.billing import (
     tariff,
 )
 from protocol.errors import payment_required
+from protocol.ids import ordered_id
 from protocol.money import micros_to_usd
 from protocol.pricing import estimate_tokens, token_cost_usd
 from protocol.timefmt import now_us, to_iso
 from protocol.usage import Usage
+from storage.ledger import UsageCharge
 
 # Held for the answer when the client sets no `max_tokens`; the settle releases the rest.
 DEFAULT_OUTPUT_RESERVE_TOKENS = 4096
@@ -48,8 +44,8 @@ def provider_cost(price: ModelConfig, usage: Usage) -> Decimal:
 
 
 class Pricing:
-    """How one request is priced: an integer tariff when the prices allow (the usual case, no
-    Decimal on the hot path), else the exact Decimal computation."""
+    """How one model is priced on one plan: an integer tariff when the prices allow (the usual
+    case, no Decimal on the hot path), else the exact Decimal computation."""
 
     def __init__(self, price: ModelConfig | None, fee: Decimal) -> None:
         self._price = price
@@ -75,6 +71,22 @@ class Pricing:
         return reserve_micros(cost, self._fee)
 
 
+# Per (model config, plan): a model's prices come from the loaded config, whose objects live
+# as long as it does. Keyed by identity (hashing a config hashes its Decimals on every
+# request); the entry keeps its config, so an id is never reused while cached.
+_PRICINGS: dict[tuple[int, str], tuple[ModelConfig, Pricing]] = {}
+_MAX_PRICINGS = 4096
+
+
+def pricing_for(price: ModelConfig, plan: str) -> Pricing:
+    entry = _PRICINGS.get((id(price), plan))
+    if entry is None:
+        if len(_PRICINGS) >= _MAX_PRICINGS:  # configs reloaded many times: start over
+            _PRICINGS.clear()
+        entry = _PRICINGS[(id(price), plan)] = (price, Pricing(price, fee_percent(plan)))
+    return entry[1]
+
+
 class Bill:
     """One request's reservation, settled once (`charge`) or released (`close`)."""
 
@@ -94,19 +106,20 @@ class Bill:
 
     def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
         micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
-        self._accountant.settle(
-            self._reservation,
-            usage_charge(
-                org_id=self._reservation.org_id,
-                key_id=key_id,
-                model=ctx.model or "",
-                request_id=ctx.request_id,
-                micros=micros,
-                description=self._description,
-                created_at=now_us(),
-                budget=self._budget,
-            ),
+        now = now_us()
+        # The transaction id is fixed now, so that a retried flush recognises the row.
+        charge = UsageCharge(
+            ordered_id("txn", now),
+            self._reservation.org_id,
+            key_id,
+            ctx.model or "",
+            ctx.request_id,
+            micros,
+            self._description,
+            now,
+            self._budget,
         )
+        self._accountant.settle(self._reservation, charge)
         return micros
 
     def close(self) -> None:
@@ -126,12 +139,14 @@ async def open_bill(
 ) -> Bill:
     """Reserve the most the request can cost; APIError 402 `budget_exceeded` when a cap of
     the key cannot hold it (and `budget.exhausted` is written once per period), 402
-    `insufficient_credits` when the balance cannot."""
-    plan = await accountant.plan_of(org_id)
-    pricing = Pricing(price, fee_percent(plan))
+    `insufficient_credits` when the balance cannot. Without I/O in the usual case."""
+    plan = accountant.fresh_plan(org_id) or await accountant.plan_of(org_id)
+    pricing = pricing_for(price, plan)
     most = pricing.most(estimate_tokens(prompt_bytes), output_tokens)
     try:
-        reservation = await accountant.reserve(org_id, most, budget)
+        reservation = accountant.reserve_now(org_id, most, budget)
+        if reservation is None:
+            reservation = await accountant.reserve(org_id, most, budget)
     except BudgetExceeded as exc:
         await accountant.note_exhausted(org_id, exc)
         period = period_name(exc.period.label)

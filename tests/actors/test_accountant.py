@@ -15,26 +15,17 @@ from actors.accountant import (
     Accountant,
     BudgetExceeded,
     InsufficientCredits,
-    usage_charge,
 )
 from gateway.payments import TestPaymentProcessor
 from protocol.billing import TOPUP, KeyBudget
-from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, UsageCharge
 from storage.open import Storage
+from tests.charges import usage_charge
 from tests.waiting import wait_until
 
 
 def charge(org_id: str, micros: int) -> UsageCharge:
-    return usage_charge(
-        org_id=org_id,
-        key_id="key_1",
-        model="m",
-        request_id="req_1",
-        micros=micros,
-        description="chat",
-        created_at=now_us(),
-    )
+    return usage_charge(org_id, micros, "key_1")
 
 
 async def funded(storage: Storage, micros: int) -> str:
@@ -140,6 +131,37 @@ async def test_the_balance_is_re_read_after_its_ttl(
         await acc.reserve(org, 500)  # still the cached balance
     mock_clock.jump(1.0)
     assert (await acc.reserve(org, 500)).micros == 500
+
+
+async def test_a_running_accountant_re_reads_a_stale_balance_without_making_requests_wait(
+    storage: Storage, mock_clock: trio.testing.MockClock
+) -> None:
+    org = await funded(storage, 100)
+    acc = Accountant(storage.ledger, storage.orgs, balance_ttl_s=1.0, flush_interval_s=3600)
+
+    def fits(micros: int) -> bool:
+        try:
+            held = acc.reserve_now(org, micros)
+        except InsufficientCredits:
+            return False
+        assert held is not None  # never waits for I/O once the org was read
+        acc.settle(held, None)
+        return True
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acc.run)
+        assert acc.reserve_now(org, 50) is None  # never read yet: `reserve` does the I/O
+        acc.settle(await acc.reserve(org, 50), None)
+        await storage.ledger.apply(org, TOPUP, 1_000, "top-up elsewhere")  # another instance
+        mock_clock.jump(1.0)
+        assert not fits(500)  # stale: answered at once from memory, and a re-read starts
+        assert acc.fresh_plan(org) == "free"
+        mock_clock.rate = 1.0  # the re-read runs on database threads: wait in real time
+        await wait_until(lambda: fits(500))
+        acc.refresh(org)  # settings changed: the next request waits for the re-read
+        assert acc.reserve_now(org, 1) is None and acc.fresh_plan(org) is None
+        assert (await acc.reserve(org, 1)).micros == 1
+        nursery.cancel_scope.cancel()
 
 
 async def test_credit_is_seen_by_the_next_reservation(storage: Storage) -> None:

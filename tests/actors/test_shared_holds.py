@@ -15,7 +15,6 @@ from actors.accountant import (
     BudgetExceeded,
     InsufficientCredits,
     Reservation,
-    usage_charge,
 )
 from actors.shared_holds import SharedHolds, SharedHoldsUnavailable
 from protocol.billing import TOPUP, KeyBudget
@@ -24,6 +23,7 @@ from protocol.timefmt import now_us
 from storage.ledger import UsageCharge
 from storage.open import Storage
 from tests.backends import REDIS_URL
+from tests.charges import usage_charge
 
 pytestmark = pytest.mark.skipif(
     REDIS_URL is None, reason="GATEWAY_TEST_REDIS_URL is not set: no Redis to test against"
@@ -45,15 +45,7 @@ async def clients() -> AsyncIterator[tuple[coredis.Redis[bytes], coredis.Redis[b
 
 
 def charge(org: str, micros: int, key: str | None = None) -> UsageCharge:
-    return usage_charge(
-        org_id=org,
-        key_id=key,
-        model="m",
-        request_id="req_1",
-        micros=micros,
-        description="chat",
-        created_at=now_us(),
-    )
+    return usage_charge(org, micros, key)
 
 
 async def test_two_instances_never_hold_more_than_the_balance(

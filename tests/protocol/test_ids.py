@@ -38,3 +38,36 @@ def test_to_positional_numbers_each_name_once() -> None:
 
     sql, names = to_positional("SELECT :a, :b, :a, x::text, :c")
     assert sql == "SELECT $1, $2, $1, x::text, $3" and names == ("a", "b", "c")
+
+
+def test_ordered_ids_carry_the_time_in_base62() -> None:
+    from protocol.ids import _SORTED, ordered_id
+
+    for t in (0, 61, 62**3 - 1, 62**3, 1_763_900_000_123_456, 62**11 - 1):
+        head, n = ordered_id("txn", t)[4:15], 0
+        for ch in head:
+            n = n * 62 + _SORTED.index(ch)
+        assert n == t
+
+
+def test_id_characters_are_handed_out_once_across_refills() -> None:
+    ids = [new_id("x") for _ in range(1000)]  # 24,000 characters: several 4 KiB reads
+    assert len(set(ids)) == 1000
+    tokens = {random_token(5) for _ in range(200)}
+    assert all(len(t) == 5 and t.isalnum() for t in tokens)
+
+
+def test_a_forked_child_does_not_repeat_the_parents_ids() -> None:
+    import os
+
+    new_id("x")  # the pool holds characters when the child is forked
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next id and leave at once
+        os.write(write, new_id("x").encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert child.startswith("x_") and child != new_id("x")

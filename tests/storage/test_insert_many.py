@@ -1,0 +1,39 @@
+"""`insert_many` on every backend: one insert per row, inside the transaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage import UniqueViolation
+from storage.database import Executor
+from storage.open import Storage
+
+_COLUMNS = ("id", "name", "plan", "created_at")
+
+
+async def test_insert_many_inserts_every_row_and_rolls_back_with_the_transaction(
+    storage: Storage,
+) -> None:
+    db = storage.db
+    rows = [(f"org_{i}", f"n{i}", "free", i) for i in range(50)]
+    async with db.transaction() as tx:
+        await tx.insert_many("orgs", _COLUMNS, rows)
+    assert await db.fetchval("SELECT count(*) FROM orgs") == 50
+    assert await db.fetchrow("SELECT * FROM orgs WHERE id = 'org_7'") == {
+        "id": "org_7",
+        "name": "n7",
+        "plan": "free",
+        "created_at": 7,
+    }
+    with pytest.raises(UniqueViolation):
+        async with db.transaction() as tx:
+            await tx.insert_many("orgs", _COLUMNS, [("org_x", "x", "free", 0)])
+            # a duplicate: the whole transaction goes
+            await tx.insert_many("orgs", _COLUMNS, rows[:1])
+    assert await db.fetchval("SELECT count(*) FROM orgs") == 50
+
+
+async def test_the_fallback_inserts_one_row_at_a_time(storage: Storage) -> None:
+    async with storage.db.transaction() as tx:
+        await Executor.insert_many(tx, "orgs", _COLUMNS, [("org_a", "a", "pro", 1)])
+    assert await storage.db.fetchval("SELECT plan FROM orgs WHERE id = 'org_a'") == "pro"
