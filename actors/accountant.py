@@ -560,7 +560,9 @@ class Accountant(Actor):
             self._replenishing.discard(org_id)
 
     def _flushed_keys(self, batch: list[UsageCharge], totals: dict[tuple[str, str], int]) -> None:
-        """Move the batch's key spend from pending to stored."""
+        """Move the batch's key spend from pending to stored (capped keys only have views)."""
+        if not self._keys:
+            return
         for charge in batch:
             key_view = self._keys.get(charge.key_id) if charge.key_id else None
             if key_view is None:

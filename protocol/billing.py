@@ -53,27 +53,27 @@ def _utc(now_us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=now_us)  # exact, unlike a float timestamp
 
 
-_DAY_US = 86_400 * 1_000_000
+DAY_US = 86_400 * 1_000_000
 
 
 def day_of(now_us: int) -> Period:
-    return _day(now_us // _DAY_US)  # cached per day: this runs for every charge
+    return _day(now_us // DAY_US)  # cached per day: this runs for every charge
 
 
 def month_of(now_us: int) -> Period:
-    return _month(now_us // _DAY_US)
+    return _month(now_us // DAY_US)
 
 
 @lru_cache(maxsize=64)
 def _day(day_index: int) -> Period:
-    start = _utc(day_index * _DAY_US)
+    start = _utc(day_index * DAY_US)
     start_us = from_datetime(start)
     return Period(f"d:{start:%Y-%m-%d}", start_us, from_datetime(start + timedelta(days=1)))
 
 
 @lru_cache(maxsize=64)
 def _month(day_index: int) -> Period:
-    dt = _utc(day_index * _DAY_US)
+    dt = _utc(day_index * DAY_US)
     start = datetime(dt.year, dt.month, 1, tzinfo=UTC)
     end = datetime(dt.year + dt.month // 12, dt.month % 12 + 1, 1, tzinfo=UTC)
     return Period(f"m:{start:%Y-%m}", from_datetime(start), from_datetime(end))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.billing import (
+    DAY_US,
     EXHAUSTED,
     USAGE,
     KeyBudget,
@@ -402,16 +403,18 @@ def _usage_values(charge: UsageCharge, balance_after: int) -> tuple[object, ...]
 async def _add_key_spend(
     tx: Executor, charges: Iterable[UsageCharge]
 ) -> dict[tuple[str, str], int]:
-    added: dict[tuple[str, str], int] = defaultdict(int)
-    periods: dict[str, Period] = {}
+    per_day: dict[tuple[str, int], int] = defaultdict(int)  # (key, UTC day number): micros
     latest: dict[str, UsageCharge] = {}  # per key: its newest charge (org, name, budgets)
     for c in charges:
-        if c.key_id is None:
-            continue
-        latest[c.key_id] = c
-        for period in (day_of(c.created_at), month_of(c.created_at)):
+        if c.key_id is not None:
+            latest[c.key_id] = c
+            per_day[(c.key_id, c.created_at // DAY_US)] += c.micros
+    added: dict[tuple[str, str], int] = defaultdict(int)
+    periods: dict[str, Period] = {}
+    for (key_id, day), micros in per_day.items():
+        for period in (day_of(day * DAY_US), month_of(day * DAY_US)):
             periods[period.label] = period
-            added[(c.key_id, period.label)] += c.micros
+            added[(key_id, period.label)] += micros
     totals: dict[tuple[str, str], int] = {}
     for (key_id, label), micros in added.items():
         total = int(

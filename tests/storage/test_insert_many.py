@@ -33,6 +33,14 @@ async def test_insert_many_inserts_every_row_and_rolls_back_with_the_transaction
     assert await db.fetchval("SELECT count(*) FROM orgs") == 50
 
 
+async def test_every_row_of_a_batch_of_any_size_is_inserted_in_order(storage: Storage) -> None:
+    rows = [(f"org_{i:04d}", f"n{i}", "free", i) for i in range(1, 600)]  # 599: all chunk sizes
+    async with storage.db.transaction() as tx:
+        await tx.insert_many("orgs", _COLUMNS, rows)
+    stored = await storage.db.fetch("SELECT id, created_at FROM orgs ORDER BY created_at")
+    assert [(r["id"], r["created_at"]) for r in stored] == [(r[0], r[3]) for r in rows]
+
+
 async def test_the_fallback_inserts_one_row_at_a_time(storage: Storage) -> None:
     async with storage.db.transaction() as tx:
         await Executor.insert_many(tx, "orgs", _COLUMNS, [("org_a", "a", "pro", 1)])
