@@ -161,17 +161,25 @@ def workers_scaling(results: Sequence[Row]) -> str:
 
 
 def billing_overhead(results: Sequence[Row]) -> str:
-    """`billing-on` against `billing-off` rows of one mode: CPU per request and throughput."""
-    off = {r.mode: r for r in results if r.scenario == "billing-off"}
+    """`billing-on` against `billing-off` rows of one mode: CPU per request and throughput,
+    each the mean over the rounds (rows) of its scenario."""
+
+    def means(scenario: str, mode: str) -> tuple[float, float] | None:
+        rows = [r for r in results if r.scenario == scenario and r.mode == mode]
+        cpus = [r.gateway_cpu_us_per_req for r in rows if r.gateway_cpu_us_per_req]
+        if not rows or len(cpus) < len(rows):
+            return None
+        return sum(r.rps for r in rows) / len(rows), sum(cpus) / len(cpus)
+
     lines = []
-    for on in (r for r in results if r.scenario == "billing-on"):
-        base = off.get(on.mode)
-        if base is None or not base.rps or not base.gateway_cpu_us_per_req:
+    for mode in dict.fromkeys(r.mode for r in results if r.scenario == "billing-on"):
+        on, off = means("billing-on", mode), means("billing-off", mode)
+        if on is None or off is None or not off[0]:
             continue
-        cpu = (on.gateway_cpu_us_per_req or 0) / base.gateway_cpu_us_per_req
+        concurrency = next(r.concurrency for r in results if r.mode == mode)
         lines.append(
-            f"{on.mode} at concurrency {on.concurrency}: billing on uses {cpu:.2f}x the CPU per"
-            f" request of billing off; throughput {on.rps / base.rps:.2f}x"
+            f"{mode} at concurrency {concurrency}: billing on uses {on[1] / off[1]:.2f}x the"
+            f" CPU per request of billing off; throughput {on[0] / off[0]:.2f}x"
         )
     return "".join(line + "\n" for line in lines)
 

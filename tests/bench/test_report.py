@@ -200,3 +200,8 @@ def test_billing_overhead_compares_on_with_off_per_mode() -> None:
         "json at concurrency 64: billing on uses 1.25x the CPU per request of billing off;"
         " throughput 0.90x\n"
     )
+    rows += [row("billing-on", False, 11, 350.0), row("billing-off", False, 10, 200.0)]
+    assert billing_overhead(rows) == (  # two rounds: the means of each side
+        "json at concurrency 64: billing on uses 1.50x the CPU per request of billing off;"
+        " throughput 1.00x\n"
+    )
