@@ -7,6 +7,7 @@ Requests sent with the org's own provider key (bring-your-own-key) hold nothing 
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import lru_cache
 
 from actors.accountant import Accountant, BudgetExceeded, InsufficientCredits, Reservation
 from gateway.config import ModelConfig
@@ -14,7 +15,6 @@ from gateway.request_context import RequestContext
 from protocol.billing import (
     FREE_TARIFF,
     KeyBudget,
-    Tariff,
     charge_micros,
     fee_percent,
     period_name,
@@ -45,46 +45,39 @@ def provider_cost(price: ModelConfig, usage: Usage) -> Decimal:
 
 class Pricing:
     """How one model is priced on one plan: an integer tariff when the prices allow (the usual
-    case, no Decimal on the hot path), else the exact Decimal computation."""
+    case, no Decimal on the hot path), else the exact Decimal computation. No prices: the
+    org's own provider key (no cost, no fee)."""
 
-    def __init__(self, price: ModelConfig | None, fee: Decimal) -> None:
-        self._price = price
+    def __init__(self, prices: tuple[Decimal, Decimal | None] | None, fee: Decimal) -> None:
+        self._prices = prices
         self._fee = fee
-        if price is None:  # the org's own provider key: no cost, no fee
-            self._tariff: Tariff | None = FREE_TARIFF
-        else:
-            assert price.input_usd_per_mtok is not None
-            self._tariff = tariff(price.input_usd_per_mtok, price.output_usd_per_mtok, fee)
+        self._tariff = FREE_TARIFF if prices is None else tariff(prices[0], prices[1], fee)
+
+    def _cost(self, prompt_tokens: int, completion_tokens: int) -> Decimal:
+        assert self._prices is not None
+        return token_cost_usd(prompt_tokens, completion_tokens, *self._prices)
 
     def charge(self, prompt_tokens: int, completion_tokens: int) -> int:
         if self._tariff is not None:
             return self._tariff.charge_micros(prompt_tokens, completion_tokens)
-        assert self._price is not None
-        cost = provider_cost(self._price, Usage(prompt_tokens, completion_tokens))
-        return charge_micros(cost, self._fee)
+        return charge_micros(self._cost(prompt_tokens, completion_tokens), self._fee)
 
     def most(self, prompt_tokens: int, completion_tokens: int) -> int:
         if self._tariff is not None:
             return self._tariff.reserve_micros(prompt_tokens, completion_tokens)
-        assert self._price is not None
-        cost = provider_cost(self._price, Usage(prompt_tokens, completion_tokens))
-        return reserve_micros(cost, self._fee)
-
-
-# Per (model config, plan): a model's prices come from the loaded config, whose objects live
-# as long as it does. Keyed by identity (hashing a config hashes its Decimals on every
-# request); the entry keeps its config, so an id is never reused while cached.
-_PRICINGS: dict[tuple[int, str], tuple[ModelConfig, Pricing]] = {}
-_MAX_PRICINGS = 4096
+        return reserve_micros(self._cost(prompt_tokens, completion_tokens), self._fee)
 
 
 def pricing_for(price: ModelConfig, plan: str) -> Pricing:
-    entry = _PRICINGS.get((id(price), plan))
-    if entry is None:
-        if len(_PRICINGS) >= _MAX_PRICINGS:  # configs reloaded many times: start over
-            _PRICINGS.clear()
-        entry = _PRICINGS[(id(price), plan)] = (price, Pricing(price, fee_percent(plan)))
-    return entry[1]
+    assert price.input_usd_per_mtok is not None
+    return _pricing(price.input_usd_per_mtok, price.output_usd_per_mtok, plan)
+
+
+@lru_cache(maxsize=4096)
+def _pricing(input_usd: Decimal, output_usd: Decimal | None, plan: str) -> Pricing:
+    """Cached by prices, not by config object: a `provider/model` name that is not configured
+    gets a new config per request (gateway/model_registry.py)."""
+    return Pricing((input_usd, output_usd), fee_percent(plan))
 
 
 class Bill:
