@@ -509,7 +509,8 @@ BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
 async def compare_billing(options: SuiteOptions) -> list[Row]:
     """Billing on against billing off, loaded at the same time: two stacks whose gateways are
     pinned to the same CPU, so this machine's speed drift hits both alike (runs taken one after
-    the other here differ by up to 2x). Compare their `gateway CPU us/req`."""
+    the other here differ by up to 2x), in two rounds with each side first once. Compare their
+    `gateway CPU us/req` and req/s (report.billing_overhead)."""
     raise_fd_limit()
     cpus = CpuPlan.choose()
     own_affinity = os.sched_getaffinity(0)

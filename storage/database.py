@@ -33,10 +33,9 @@ class Executor(abc.ABC):
     async def insert_many(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[object]]
     ) -> None:
-        """Insert `rows` (values in the order of `columns`) into `table`: bulk inserts, one
-        prepared statement run per row by the driver. `table` and `columns` are the code's
-        own names, never input. Backends override this with their driver's batch call; this
-        fallback is one statement at a time."""
+        """Insert `rows` (values in the order of `columns`) into `table`, in bulk. `table` and
+        `columns` are the code's own names, never input. Backends override this with their
+        driver's fastest way (sqlite.py, postgres.py); this fallback is one statement a row."""
         sql = insert_sql(table, columns, [f":p{i}" for i in range(len(columns))])
         for row in rows:
             await self.execute(sql, {f"p{i}": value for i, value in enumerate(row)})
