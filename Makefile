@@ -1,23 +1,33 @@
 # The two commands a newcomer needs: `make serve` and `make test`.
-# Both bootstrap .venv from nothing but Python 3.11+ and make.
+# Both bootstrap .venv from nothing but Python 3.11+ and make, installing exactly the versions
+# (and file hashes) in requirements/*.lock.txt, which CI tested. `make lock` regenerates them
+# from pyproject.toml after a dependency changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
+LOCK := requirements/runtime.lock.txt
+DEV_LOCK := requirements/dev.lock.txt
+PIP_TOOLS := pip-tools==7.6.2
+COMPILE := .venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --resolver=backtracking
 
-.PHONY: serve test lint fmt typecheck unit migrate clean
+.PHONY: install serve test lint fmt typecheck unit migrate lock clean
+
+# `make` alone: the runtime and dev dependencies, nothing run.
+install: $(DEV_STAMP)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+$(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-$(DEV_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+$(DEV_STAMP): $(DEV_LOCK) $(STAMP)
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
 	touch $@
 
 serve: $(STAMP)
@@ -43,5 +53,12 @@ unit: $(DEV_STAMP)
 
 test: lint typecheck unit
 
+# Needs the package registry; commit both files with the pyproject.toml change.
+lock:
+	test -x .venv-lock/bin/pip-compile || \
+		($(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install --quiet $(PIP_TOOLS))
+	$(COMPILE) -o $(LOCK) pyproject.toml requirements/build.in
+	$(COMPILE) --extra dev -o $(DEV_LOCK) pyproject.toml requirements/build.in
+
 clean:
-	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-lock var .mypy_cache .pytest_cache .ruff_cache

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 import trio
 
 from actors.base import Actor
+from actors.charge_credit import credit_id, refund_unless_credited
+from actors.errors import RedisUnavailable
 from actors.shared_holds import (
     HEARTBEAT_S,
     Settlement,
     SharedHolds,
-    SharedHoldsUnavailable,
 )
 from actors.throttled_log import ThrottledWarning
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
@@ -215,7 +216,7 @@ class Accountant(Actor):
         if self._shared is not None:
             try:
                 return await self._reserve_shared(self._shared, view, org_id, micros, budget)
-            except SharedHoldsUnavailable as exc:
+            except RedisUnavailable as exc:
                 self.stats.shared_unavailable += 1
                 shared_outage(exc)
         key_view = None
@@ -339,15 +340,18 @@ class Accountant(Actor):
         )
         self._wake.set()  # holds in Redis block other instances until settled: do not wait
 
-    async def credit(self, org_id: str, type: str, micros: int, description: str) -> Transaction:
+    async def credit(
+        self, org_id: str, type: str, micros: int, description: str, *, id: str | None = None
+    ) -> Transaction:
         """A balance change made on this instance outside of usage (top-up, adjustment): written
-        at once, and seen by the next reservation."""
+        at once, and seen by the next reservation. With `id`, written once: a second credit
+        with it raises UniqueViolation and changes nothing."""
         async with self._lock:
-            txn = await self._ledger.apply(org_id, type, micros, description)
+            txn = await self._ledger.apply(org_id, type, micros, description, id=id)
             if self._shared is not None:
                 try:
                     await self._shared.credit(org_id, micros)
-                except SharedHoldsUnavailable as exc:  # Redis keeps a lower balance: only stricter
+                except RedisUnavailable as exc:  # Redis keeps a lower balance: only stricter
                     log.warning(
                         "could not add a credit of %s to the shared balance: %s", org_id, exc
                     )
@@ -460,22 +464,31 @@ class Accountant(Actor):
                     # Never cancelled mid-write: a stop (or restart) waits for the flush in
                     # progress, bounded. (Cancelling asyncpg mid-transaction at shutdown left
                     # the final flush's ROLLBACK waiting forever on PostgreSQL.)
-                    with trio.CancelScope(shield=True), trio.move_on_after(_FLUSH_LIMIT_S):
-                        await self.flush()
+                    with trio.CancelScope(shield=True):
+                        with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
+                            await self.flush()
+                    if limit.cancelled_caught:
+                        log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
             self._tasks = None
             self._replenishing.clear()
             self._rereading.clear()
             with trio.CancelScope(shield=True):  # stopping: write what is queued
-                with trio.move_on_after(_FLUSH_LIMIT_S):
+                with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
                     await self.flush()
+            if limit.cancelled_caught:
+                log.error(
+                    "the final flush took over %s s: %d usage charges were not written",
+                    _FLUSH_LIMIT_S,
+                    len(self._queue.charges),
+                )
 
     async def _heartbeats(self, shared: SharedHolds) -> None:
         """Keep this instance's holds counting (reservations renew a stale heartbeat too)."""
         while True:
             try:
                 await shared.heartbeat()
-            except SharedHoldsUnavailable as exc:
+            except RedisUnavailable as exc:
                 log.warning("heartbeat to Redis failed: %s", exc)
             await trio.sleep(HEARTBEAT_S)
 
@@ -489,13 +502,17 @@ class Accountant(Actor):
                 return
             batch, retry = queue.charges, queue.retry
             self._queue = _Queue()
+            written = False
             try:
                 settled = await self._ledger.settle(batch, skip_stored=retry)
+                written = True
             except Exception:
-                self.stats.flush_failures += 1
                 log.exception("writing %d usage rows failed; retrying", len(batch))
-                self._queue = _Queue(batch + self._queue.charges, retry=True)
                 return
+            finally:
+                if not written:  # failed, or cut off by _FLUSH_LIMIT_S: outcome unknown
+                    self.stats.flush_failures += 1
+                    self._queue = _Queue(batch + self._queue.charges, retry=True)
             self.stats.flushes += 1
             self.stats.rows_written += len(batch)
             flushed: dict[str, int] = {}
@@ -505,6 +522,9 @@ class Accountant(Actor):
                 view = self._views.get(org_id)
                 if view is not None:
                     view.pending -= micros
+                    if org_id not in settled.balances:  # a retry found all its rows stored
+                        view.loaded_at = -math.inf  # balance not read back: re-read it
+                        continue
                     view.balance = settled.balances[org_id]
                     self._check_replenish(org_id, view)
             self._flushed_keys(batch, settled.key_spend)
@@ -515,7 +535,7 @@ class Accountant(Actor):
         batch, self._shared_queue = self._shared_queue, []
         try:
             await self._shared.settle(batch)
-        except SharedHoldsUnavailable as exc:
+        except RedisUnavailable as exc:
             # Not applied: the holds stay (stricter, never looser) and are retried.
             self.stats.flush_failures += 1
             log.warning("settling %d holds in Redis failed: %s; retrying", len(batch), exc)
@@ -544,14 +564,23 @@ class Accountant(Actor):
             if amount is None:
                 return  # not due, another instance has it, or a recent failure waits
             method = self._payments.default_method(org_id)
+            reference = f"replenish:{org_id}:{now}"
             try:
-                await self._payments.charge(org_id, method, amount, f"replenish:{org_id}:{now}")
+                await self._payments.charge(org_id, method, amount, reference)
             except PaymentDeclined as exc:
                 self.stats.replenish_failures += 1
                 log.warning("auto-replenish of %s declined: %s; retrying later", org_id, exc)
                 await self._ledger.end_replenish(org_id, failure=str(exc), now=now_us())
                 return
-            await self.credit(org_id, TOPUP, amount, f"Auto top-up ({method.brand} {method.last4})")
+            except BaseException:  # the charge may have happened
+                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
+                raise
+            description = f"Auto top-up ({method.brand} {method.last4})"
+            try:
+                await self.credit(org_id, TOPUP, amount, description, id=credit_id(reference))
+            except BaseException:  # failed or stopped: never charged without the credit
+                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
+                raise
             await self._ledger.end_replenish(org_id, failure=None, now=now_us())
             self.stats.replenished += 1
         except Exception:

@@ -2,22 +2,28 @@
 
 Measured reason for not using httpx here (docs/decisions.md): httpx's client and transport
 layers cost about 1.2 ms of CPU per upstream call on this machine, more than everything else
-the gateway does for a request. This pool sends each request in one write and parses only the
-framing (protocol/http1.py).
+the gateway does for a request. This pool sends each request in one write; responses are
+framed by llhttp through protocol/http1_client.py.
 
 Errors (mapped to the Upstream* errors by actors/upstream.py):
 
     PoolError
      ├── ConnectFailed     the TCP/TLS connection could not be opened in time
-     ├── ConnectionBroken  the peer closed or reset, or broke HTTP/1.1 framing
-     └── ReadTimedOut      no bytes for `read_timeout_s`
+     ├── ConnectionBroken  the peer closed or reset the connection mid-response
+     ├── InvalidResponse   the response broke HTTP/1.1 framing, or a limit (head size, header
+     │                     count, interim responses, a body past `max_bytes`)
+     └── ReadTimedOut      no complete head, or no next body bytes, within `read_timeout_s`
 
-A response whose body was not read to its end when released closes its connection — that is
-how an abandoned stream stops the provider.
+A connection goes back to the pool only when its response was read to its end, asked for
+keep-alive and had nothing after it; it is reused only if nothing (no byte, no EOF, no reset)
+arrived while it was idle — stray bytes from an upstream must never reach another request. A
+response not read to its end closes its connection when released: that is how an abandoned
+stream stops the provider.
 """
 
 from __future__ import annotations
 
+import select
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,7 +31,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from protocol.http1 import BodyReader, HTTPProtocolError, ResponseHead, format_request, parse_head
+from protocol.http1_client import BadResponse, ResponseHead, ResponseParser, format_request
 
 _RECEIVE = 65536
 
@@ -42,38 +48,62 @@ class ConnectionBroken(PoolError):
     pass
 
 
+class InvalidResponse(PoolError):
+    pass
+
+
 class ReadTimedOut(PoolError):
     pass
 
 
 class _Connection:
-    __slots__ = ("stream", "leftover")
+    __slots__ = ("_poll", "_tls", "stream")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.leftover = b""
+    def __init__(self, stream: trio.SocketStream, tls: trio.SSLStream[trio.SocketStream] | None):
+        self.stream: trio.abc.Stream = tls if tls is not None else stream
+        self._tls = tls
+        # poll, not select: descriptors past FD_SETSIZE (1024) are common under load.
+        self._poll = select.poll()
+        self._poll.register(stream.socket.fileno(), select.POLLIN)
+
+    def quiet(self) -> bool:
+        """Whether nothing arrived while idle: no byte, no EOF, no reset (one poll syscall)."""
+        if self._poll.poll(0):
+            return False
+        tls = self._tls
+        # Decrypted bytes, or TLS records trio already took off the socket, count as arrived.
+        return tls is None or not (tls.pending() or tls._incoming.pending)
 
 
 class Response:
-    """A response whose head has arrived; the body is read with `read` or `iter_raw`."""
+    """A response whose head has arrived; the body is read with `next_chunk` or `read`."""
 
-    def __init__(self, head: ResponseHead, conn: _Connection, first: bytes, read_timeout: float):
+    def __init__(self, parser: ResponseParser, conn: _Connection, first: bytes, timeout: float):
+        head = parser.head
+        assert head is not None
         self.status = head.status
-        self.headers = head.headers
         self._head = head
+        self._parser = parser
         self._conn = conn
-        self._reader = BodyReader(head)
-        self._pending = self._reader.feed(first) if first else b""
-        self._read_timeout = read_timeout
+        self._pending = first
+        self._read_timeout = timeout
+
+    @property
+    def head(self) -> ResponseHead:
+        return self._head
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Decoded on first use (most calls never need them)."""
+        return self._head.headers
 
     @property
     def complete(self) -> bool:
-        return self._reader.done and not self._pending
+        return self._parser.done and not self._pending
 
     @property
     def reusable(self) -> bool:
-        reader = self._reader
-        return reader.done and reader.reusable and not reader.excess and self._head.keep_alive
+        return self._parser.reusable
 
     async def next_chunk(self) -> bytes:
         """The next body bytes as they arrive (chunked framing removed); b"" at the end.
@@ -82,39 +112,59 @@ class Response:
         if self._pending:
             data, self._pending = self._pending, b""
             return data
-        while not self._reader.done:
+        parser = self._parser
+        while not parser.done:
             data = await self._receive()
+            if not data:
+                try:
+                    parser.feed_eof()
+                except BadResponse as exc:
+                    raise ConnectionBroken(str(exc)) from None
+                return b""
             try:
-                if not data:
-                    self._reader.eof()
-                    return b""
-                body = self._reader.feed(data)
-            except HTTPProtocolError as exc:
-                raise ConnectionBroken(str(exc)) from None
+                body = parser.feed(data)
+            except BadResponse as exc:
+                raise InvalidResponse(str(exc)) from None
             if body:
                 return body
         return b""
 
-    async def read(self, limit: int | None = None) -> bytes:
-        """The rest of the body (at most about `limit` bytes, when given)."""
+    async def read(self, max_bytes: int) -> bytes:
+        """The rest of the body; InvalidResponse once it passes `max_bytes` (a Content-Length
+        over it fails before reading)."""
+        length = self._head.content_length
+        if length is not None and length > max_bytes:
+            raise InvalidResponse(f"body of {length} bytes, over the {max_bytes} allowed")
         parts: list[bytes] = []
         size = 0
         while chunk := await self.next_chunk():
+            size += len(chunk)
+            if size > max_bytes:
+                raise InvalidResponse(f"body over the {max_bytes} bytes allowed")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def read_prefix(self, limit: int) -> bytes:
+        """The body's first bytes, about `limit` at most (an error body); the rest stays
+        unread, so the connection is closed when released."""
+        parts: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := await self.next_chunk()):
             parts.append(chunk)
             size += len(chunk)
-            if limit is not None and size >= limit:
-                break
         return b"".join(parts)
 
     async def _receive(self) -> bytes:
+        # A plain cancel scope, not trio.fail_after (a generator context manager: a few µs
+        # per read, and a stream reads once per upstream chunk).
         try:
-            with trio.fail_after(self._read_timeout):
+            with trio.move_on_after(self._read_timeout) as waited:
                 data = await self._conn.stream.receive_some(_RECEIVE)
-            return data if isinstance(data, bytes) else bytes(data)
-        except trio.TooSlowError:
-            raise ReadTimedOut(f"no data for {self._read_timeout} s") from None
+                return data if isinstance(data, bytes) else bytes(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ConnectionBroken(type(exc).__name__) from None
+        assert waited.cancelled_caught
+        raise ReadTimedOut(f"no data for {self._read_timeout} s")
 
 
 class Http1Pool:
@@ -143,9 +193,13 @@ class Http1Pool:
         self._read_timeout = read_timeout_s
         self._ssl = ssl.create_default_context() if self._tls else None
         self.opened = 0
+        self.discarded = 0  # idle connections found closed or not quiet before reuse
 
     def __repr__(self) -> str:
-        return f"<Http1Pool {self.authority} idle={len(self._idle)} opened={self.opened}>"
+        return (
+            f"<Http1Pool {self.authority} idle={len(self._idle)} opened={self.opened}"
+            f" discarded={self.discarded}>"
+        )
 
     @asynccontextmanager
     async def request(
@@ -165,12 +219,19 @@ class Http1Pool:
                     await _close(conn)
 
     async def _exchange(self, data: bytes) -> tuple[_Connection, Response]:
-        while self._idle:  # a reused connection may have been closed by the server meanwhile
+        while self._idle:
             conn = self._idle.pop()
-            try:
+            if not conn.quiet():  # closed by the server, or sent something unasked
+                self.discarded += 1
+                await _close(conn)
+                continue
+            try:  # it may still have been closed just now: then retry elsewhere
                 return conn, await self._send(conn, data)
             except _Stale:
                 await _close(conn)
+            except BaseException:
+                await _close(conn)
+                raise
         conn = await self._connect()
         try:
             return conn, await self._send(conn, data)
@@ -182,52 +243,55 @@ class Http1Pool:
             raise
 
     async def _send(self, conn: _Connection, data: bytes) -> Response:
+        """Send `data` and read until the response head is complete, within one read timeout
+        for the whole head. Raises _Stale if the connection was closed before any byte."""
+        stream = conn.stream
         try:
-            await conn.stream.send_all(data)
+            await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             raise _Stale from None
-        buffer = b""
-        while True:
-            try:
-                with trio.fail_after(self._read_timeout):
-                    chunk = await conn.stream.receive_some(_RECEIVE)
-            except trio.TooSlowError:
-                await _close(conn)
-                raise ReadTimedOut(f"no response for {self._read_timeout} s") from None
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                if not buffer:
-                    raise _Stale from None
-                await _close(conn)
-                raise ConnectionBroken("connection reset") from None
-            if not chunk:
-                if not buffer:
-                    raise _Stale
-                await _close(conn)
-                raise ConnectionBroken("connection closed mid-head")
-            buffer += chunk
-            try:
-                parsed = parse_head(buffer)
-            except HTTPProtocolError as exc:
-                await _close(conn)
-                raise ConnectionBroken(str(exc)) from None
-            if parsed is not None:
-                head, offset = parsed
-                return Response(head, conn, buffer[offset:], self._read_timeout)
+        parser = ResponseParser()
+        received = False
+        try:
+            with trio.move_on_after(self._read_timeout):  # not fail_after: see _receive
+                while True:
+                    try:
+                        chunk = await stream.receive_some(_RECEIVE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        if not received:
+                            raise _Stale from None
+                        raise ConnectionBroken("connection reset mid-head") from None
+                    if not chunk:
+                        if not received:
+                            raise _Stale
+                        raise ConnectionBroken("connection closed mid-head")
+                    received = True
+                    body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
+                    if parser.head is not None:
+                        return Response(parser, conn, body, self._read_timeout)
+        except BadResponse as exc:
+            raise InvalidResponse(str(exc)) from None
+        raise ReadTimedOut(f"no complete response head in {self._read_timeout} s")
 
     async def _connect(self) -> _Connection:
         try:
             with trio.fail_after(self._connect_timeout):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(self._host, self._port)
+                stream = await trio.open_tcp_stream(self._host, self._port)
+                tls = None
                 if self._ssl is not None:
                     tls = trio.SSLStream(stream, self._ssl, server_hostname=self._host)
-                    await tls.do_handshake()
-                    stream = tls
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:  # failed, timed out or cancelled: no socket left open
+                        with trio.CancelScope(shield=True):
+                            await trio.aclose_forcefully(stream)
+                        raise
         except trio.TooSlowError:
             raise ConnectFailed(f"connect timed out after {self._connect_timeout} s") from None
         except (OSError, trio.BrokenResourceError) as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
         self.opened += 1
-        return _Connection(stream)
+        return _Connection(stream, tls)
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []

@@ -19,7 +19,7 @@ keys and admission is a direct ``await limiter.admit(key_id, rpm)``, not a messa
 The actor's `run` is housekeeping only: every minute it forgets keys whose TAT is in the past,
 which is how idle keys "retire". Admission works whether or not `run` is running.
 
-Errors: `RateLimiterUnavailable` — the shared store could not give a decision in time (Redis
+Errors: `RedisUnavailable` — the shared store could not give a decision in time (Redis
 down, slow, or answering with an error). The caller decides to fail open or closed; `admit`
 never hangs.
 """
@@ -36,13 +36,10 @@ import coredis.exceptions
 import trio
 
 from actors.base import Actor
+from actors.errors import RedisUnavailable, redis_call
 from protocol.ratelimit_headers import RateDecision, gcra_params_us, gcra_us
 
 HOUSEKEEPING_INTERVAL_S = 60.0
-
-
-class RateLimiterUnavailable(Exception):
-    """The limiter's shared store could not decide (unreachable, too slow, or failing)."""
 
 
 class RateLimiter(Actor):
@@ -60,7 +57,7 @@ class RateLimiter(Actor):
     async def admit(self, key_id: str, rpm: int) -> RateDecision:
         """Count one request for ``key_id`` against ``rpm`` (>= 1) and say whether it may go.
 
-        A refused request is not counted against the key. Raises `RateLimiterUnavailable` when
+        A refused request is not counted against the key. Raises `RedisUnavailable` when
         the store cannot decide, `ValueError` for ``rpm < 1``.
         """
 
@@ -146,7 +143,6 @@ return {1, now, tat}
 """
 _KEEP_PAST_TAT_MS = 60_000
 # What "the shared store could not decide" looks like from coredis and the network.
-_UNAVAILABLE = (coredis.exceptions.RedisError, OSError, TimeoutError, trio.TooSlowError)
 
 
 class RedisRateLimiter(RateLimiter):
@@ -171,17 +167,17 @@ class RedisRateLimiter(RateLimiter):
     async def admit(self, key_id: str, rpm: int) -> RateDecision:
         """One script round trip, bounded by ``timeout_s``.
 
-        Raises `RateLimiterUnavailable` on any Redis or network failure or timeout. Cancelled
+        Raises `RedisUnavailable` on any Redis or network failure or timeout. Cancelled
         (or timed out) after the script was sent, the admission may still have been counted.
         """
         interval, tolerance = gcra_params_us(rpm)
         args = (interval, tolerance, _KEEP_PAST_TAT_MS)
         try:
-            with trio.fail_after(self._timeout_s):
+            with redis_call(self._timeout_s):
                 reply = cast(list[int], await self._script([self._prefix + key_id], args))
-        except _UNAVAILABLE as exc:
+        except RedisUnavailable:
             self.unavailable += 1
-            raise RateLimiterUnavailable(f"rate limiter store failed: {exc!r}") from exc
+            raise
         allowed, now, tat = (int(x) for x in reply)
         decision, _ = gcra_us(tat, now, rpm)
         if decision.allowed != bool(allowed):
@@ -206,7 +202,7 @@ async def open_rate_limiter(
 ) -> AsyncIterator[RateLimiter]:
     """A `RedisRateLimiter` on a client opened (and closed) for the block when ``redis_url`` is
     given, else a `LocalRateLimiter`. Opening does not contact Redis: an unreachable server
-    shows up as `RateLimiterUnavailable` from `admit`, not as a startup failure."""
+    shows up as `RedisUnavailable` from `admit`, not as a startup failure."""
     if redis_url is None:
         yield LocalRateLimiter()
         return

@@ -30,6 +30,7 @@ import coredis
 import coredis.exceptions
 import trio
 
+from actors.errors import RedisUnavailable, redis_call
 from protocol.billing import KeyBudget, Period, day_of, month_of
 from protocol.ids import new_id
 from protocol.timefmt import now_us
@@ -38,7 +39,6 @@ LIVE_S = 30
 HEARTBEAT_S = 5.0
 STATE_TTL_S = 3600
 _MS = 1000
-_UNAVAILABLE = (coredis.exceptions.RedisError, OSError, TimeoutError, trio.TooSlowError)
 
 # KEYS: instances, bal, held, [spend_day, spend_month, kheld]
 # ARGV: micros, now_s (unused: the script reads Redis's TIME), live_s, ttl_ms, bal_init,
@@ -116,10 +116,6 @@ return false
 """
 
 
-class SharedHoldsUnavailable(Exception):
-    """Redis could not answer; the request cannot be admitted safely."""
-
-
 @dataclass(frozen=True, slots=True)
 class Refusal:
     kind: str  # "day", "month" or "balance"
@@ -165,7 +161,7 @@ class SharedHolds:
     async def heartbeat(self) -> None:
         """Mark this instance live (its holds count); drop instances long gone."""
         p = self._p
-        async with self._bounded():
+        with redis_call(self._timeout_s):
             now_s = int((await self._client.time()).timestamp())
             await self._client.zadd(f"{p}instances", {self.instance: now_s})
             await self._client.zremrangebyscore(f"{p}instances", float("-inf"), now_s - 10 * LIVE_S)
@@ -173,7 +169,7 @@ class SharedHolds:
 
     async def _ensure_live(self) -> None:
         """A hold only counts while this instance's heartbeat is fresh: renew a stale one
-        before holding anything (fails with SharedHoldsUnavailable)."""
+        before holding anything (fails with RedisUnavailable)."""
         if trio.current_time() - self._beat_at > LIVE_S / 2:
             await self.heartbeat()
 
@@ -195,13 +191,13 @@ class SharedHolds:
         init: tuple[str, str, str] = ("", "", "")
         for attempt in range(2):
             args = self._args(micros, budget, day, month, now, init)
-            async with self._bounded():
+            with redis_call(self._timeout_s):
                 reply = cast(list[int], await self._reserve(keys, args))
             code, amount = int(reply[0]), int(reply[1])
             if code != 4:
                 break
             if attempt == 1:
-                raise SharedHoldsUnavailable("shared state vanished while being filled in")
+                raise RedisUnavailable("shared state vanished while being filled in")
             balance = await stored_balance()
             spent = await stored_spend() if len(keys) > 3 else (0, 0)
             init = (str(balance), str(spent[0]), str(spent[1]))
@@ -258,35 +254,13 @@ class SharedHolds:
         args: list[str | int] = [self.instance]
         for op, _, micros in changes:
             args += [op, micros]
-        async with self._bounded():
+        with redis_call(self._timeout_s):
             await self._settle([key for _, key, _ in changes], args)
 
     async def credit(self, org_id: str, micros: int) -> None:
         """A top-up or adjustment was stored: add it to the shared balance if it is cached."""
-        async with self._bounded():
+        with redis_call(self._timeout_s):
             await self._credit([f"{self._p}bal:{org_id}"], [micros])
-
-    def _bounded(self) -> _Bounded:
-        return _Bounded(self._timeout_s)
-
-
-class _Bounded:
-    """A time limit, and Redis or network errors turned into SharedHoldsUnavailable."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self._scope = trio.fail_after(timeout_s)
-
-    async def __aenter__(self) -> None:
-        self._scope.__enter__()
-
-    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
-        try:
-            self._scope.__exit__(kind, exc, tb)
-        except trio.TooSlowError as timeout:
-            raise SharedHoldsUnavailable("Redis did not answer in time") from timeout
-        if isinstance(exc, _UNAVAILABLE):
-            raise SharedHoldsUnavailable(f"Redis failed: {exc!r}") from exc
-        return False
 
 
 @asynccontextmanager

@@ -1,4 +1,5 @@
-"""`gateway bench` (and `python -m bench.cli`): the standard suite, or load against any
+"""`gateway bench` (and `python -m bench.cli`): the standard suite, two gateways loaded at once
+(billing on against off, or this tree against an earlier revision), or load against any
 OpenAI-compatible base URL. Prints the table on stdout; writes CSV and PNGs when asked.
 
 Exit status: 0 when every scenario ran without errors, 1 when some requests failed or a piece of
@@ -13,20 +14,23 @@ from pathlib import Path
 
 import trio
 
+from bench.compare import compare_billing, compare_revision
 from bench.http_client import Endpoint
 from bench.load import Scenario
 from bench.report import (
     Row,
     billing_overhead,
+    head_against_base,
     terminal_table,
     workers_scaling,
     write_csv,
     write_plots,
 )
+from bench.revision import default_cache, describe_tree, materialise
 from bench.suite import (
+    ROOT,
     SuiteError,
     SuiteOptions,
-    compare_billing,
     measure,
     raise_fd_limit,
     run_suite,
@@ -49,6 +53,16 @@ def _positive(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
     return value
 
 
@@ -88,6 +102,27 @@ def _parser() -> argparse.ArgumentParser:
     billing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
     billing.add_argument("--out", type=Path, help="write bench.csv here")
 
+    compare = commands.add_parser(
+        "compare",
+        help="an earlier revision's gateway and this tree's loaded at the same time on one CPU",
+    )
+    compare.add_argument("--base", required=True, metavar="REV", help="git revision to compare")
+    compare.add_argument("--concurrency", type=_at_least_one, default=64)
+    compare.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    compare.add_argument("--out", type=Path, help="write bench.csv here")
+    compare.add_argument(
+        "--base-python",
+        metavar="PATH",
+        help="run the base gateway with this interpreter as is (default: a virtualenv built "
+        "once for REV from its pyproject)",
+    )
+    compare.add_argument(
+        "--cache",
+        type=Path,
+        default=default_cache(),
+        help="where REV's tree and virtualenv are kept (default: %(default)s)",
+    )
+
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
     run.add_argument("--api-key", required=True)
@@ -102,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, run):
+    for sub in (suite, billing, compare, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -142,6 +177,19 @@ async def _run_target(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+async def _compare(args: argparse.Namespace, options: SuiteOptions) -> tuple[list[Row], str]:
+    """The rows of `bench compare` and the lines saying which code each side ran."""
+    print(f"bench: materialising {args.base} under {args.cache}", file=sys.stderr)
+    base = await materialise(args.base, cache=args.cache, python=args.base_python)
+    head = await describe_tree()
+    rows = await compare_revision(base, options)
+    sides = (
+        f"base: {args.base} = {base.sha}, gateway from {base.src}, python {base.python}\n"
+        f"head: {head}, gateway from {ROOT}, python {sys.executable}\n"
+    )
+    return rows, sides
+
+
 def _write_outputs(out: Path, rows: list[Row]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "bench.csv", rows)
@@ -166,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(str(exc))
     raise_fd_limit()
+    sides = ""
     try:
         if args.command == "suite":
             options = SuiteOptions(
@@ -186,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
                 progress=not args.no_progress,
             )
             rows = trio.run(compare_billing, options)
+        elif args.command == "compare":
+            options = SuiteOptions(
+                concurrency=(args.concurrency,),
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+            )
+            rows, sides = trio.run(_compare, args, options)
         else:
             rows = trio.run(_run_target, args)
     except SuiteError as exc:
@@ -197,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     print(terminal_table(rows), end="")
     print(workers_scaling(rows), end="")
     print(billing_overhead(rows), end="")
+    print(head_against_base(rows), end="")
+    print(sides, end="")
     if args.out is not None:
         _write_outputs(args.out, rows)
     return 1 if any(row.errors for row in rows) else 0

@@ -160,9 +160,14 @@ def workers_scaling(results: Sequence[Row]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def billing_overhead(results: Sequence[Row]) -> str:
-    """`billing-on` against `billing-off` rows of one mode: CPU per request and throughput,
-    each the mean over the rounds (rows) of its scenario."""
+def side_by_side(
+    results: Sequence[Row], subject: str, reference: str, *, labels: tuple[str, str] | None = None
+) -> str:
+    """`subject` rows against `reference` rows (two gateways loaded at once), one line per mode:
+    CPU per request and throughput, each the mean over the rounds (rows) of its scenario. A mode
+    is left out unless both sides have rows, every row its CPU, and `reference` some throughput.
+    `labels` name the two sides in the text (default: the scenario names)."""
+    subject_label, reference_label = labels or (subject, reference)
 
     def means(scenario: str, mode: str) -> tuple[float, float] | None:
         rows = [r for r in results if r.scenario == scenario and r.mode == mode]
@@ -172,16 +177,26 @@ def billing_overhead(results: Sequence[Row]) -> str:
         return sum(r.rps for r in rows) / len(rows), sum(cpus) / len(cpus)
 
     lines = []
-    for mode in dict.fromkeys(r.mode for r in results if r.scenario == "billing-on"):
-        on, off = means("billing-on", mode), means("billing-off", mode)
-        if on is None or off is None or not off[0]:
+    for mode in dict.fromkeys(r.mode for r in results if r.scenario == subject):
+        this, that = means(subject, mode), means(reference, mode)
+        if this is None or that is None or not that[0]:
             continue
-        concurrency = next(r.concurrency for r in results if r.mode == mode)
+        concurrency = next(r.concurrency for r in results if r.scenario == subject)
         lines.append(
-            f"{mode} at concurrency {concurrency}: billing on uses {on[1] / off[1]:.2f}x the"
-            f" CPU per request of billing off; throughput {on[0] / off[0]:.2f}x"
+            f"{mode} at concurrency {concurrency}: {subject_label} uses {this[1] / that[1]:.2f}x"
+            f" the CPU per request of {reference_label}; throughput {this[0] / that[0]:.2f}x"
         )
     return "".join(line + "\n" for line in lines)
+
+
+def billing_overhead(results: Sequence[Row]) -> str:
+    """`billing-on` against `billing-off` rows (`bench billing`), per mode."""
+    return side_by_side(results, "billing-on", "billing-off", labels=("billing on", "billing off"))
+
+
+def head_against_base(results: Sequence[Row]) -> str:
+    """`head` against `base` rows (`bench compare`), per mode."""
+    return side_by_side(results, "head", "base")
 
 
 def write_csv(path: Path | str, rows: Iterable[Row]) -> None:
@@ -225,11 +240,14 @@ def write_plots(out_dir: Path | str, rows: Sequence[Row]) -> list[Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # Single points (slow streams at N, the workers comparison) would only clutter the lines.
+    # Single points (slow streams at N, the workers, billing and revision comparisons) would
+    # only clutter the lines.
     plotted = [
         r
         for r in rows
-        if r.scenario != SLOW_STREAMS and not r.scenario.startswith(("workers-", "billing-"))
+        if r.scenario != SLOW_STREAMS
+        and not r.scenario.startswith(("workers-", "billing-"))
+        and r.scenario not in ("base", "head")
     ]
     modes = [m for m in ("json", "sse") if any(r.mode == m for r in plotted)] or ["json"]
     scenarios = list(dict.fromkeys(r.scenario for r in plotted))

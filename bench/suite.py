@@ -22,7 +22,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -217,9 +217,15 @@ def _write(path: Path, text: str) -> Path:
 
 @asynccontextmanager
 async def child(
-    name: str, argv: list[str], *, log: Path, cpu: int | None, env: dict[str, str] | None = None
+    name: str,
+    argv: list[str],
+    *,
+    log: Path,
+    cpu: int | None,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
 ) -> AsyncIterator[Child]:
-    """Start `argv` (output to `log`), wait for its ready line, stop it on exit."""
+    """Start `argv` in `cwd` (output to `log`), wait for its ready line, stop it on exit."""
     out = _open_log(log)
     try:
         process = await trio.lowlevel.open_process(
@@ -227,7 +233,7 @@ async def child(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            cwd=str(ROOT),
+            cwd=str(cwd),
             env=env,
             preexec_fn=_preexec(cpu),
         )
@@ -243,6 +249,8 @@ async def child(
 def gateway_config(
     upstream_base: str, *, max_connections: int, keepalive: int, billing: bool = True
 ) -> str:
+    """The bench gateway's config. `bench compare` gives it to earlier revisions too, which
+    refuse unknown keys: add a key only when the revisions compared against know it."""
     return f"""\
 [server]
 access_log = false
@@ -266,6 +274,49 @@ upstream = "{MODEL}"
 input_usd_per_mtok = 0.1
 output_usd_per_mtok = 0.2
 """
+
+
+@dataclass(frozen=True)
+class GatewayCode:
+    """Which gateway a stack runs: `python -m gateway` with `source` as the working directory,
+    so `source`'s packages are imported (the working directory comes first on sys.path), with
+    the dependencies `python` has."""
+
+    python: str = sys.executable
+    source: Path = ROOT
+
+
+def gateway_env() -> dict[str, str]:
+    """This process's environment without GATEWAY_* (the stack sets its own) nor
+    PYTHONSAFEPATH (it would keep the working directory off sys.path)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.pop("PYTHONSAFEPATH", None)
+    return env
+
+
+async def imported_gateway(code: GatewayCode) -> Path:
+    """The `gateway/__init__.py` that `code` imports, checked to be under `code.source` (a
+    SuiteError otherwise: the stack would measure some other code). Bounded by the start limit."""
+    argv = [code.python, "-c", "import gateway; print(gateway.__file__)"]
+    try:
+        with trio.fail_after(_START_TIMEOUT_S):
+            done = await trio.run_process(
+                argv,
+                cwd=str(code.source),
+                env=gateway_env(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+    except (OSError, trio.TooSlowError) as exc:
+        raise SuiteError(f"{code.python} could not import gateway: {exc!r}") from None
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace")[-2000:]
+        raise SuiteError(f"{code.python} could not import gateway in {code.source}:\n{tail}")
+    module = await trio.Path(done.stdout.decode().strip()).resolve()
+    if not module.is_relative_to(await trio.Path(code.source).resolve()):
+        raise SuiteError(f"{code.python} in {code.source} imports gateway from {module}")
+    return Path(module)
 
 
 @dataclass
@@ -302,9 +353,10 @@ async def stack(
     keepalive: int,
     workers: int = 1,
     billing: bool = True,
+    code: GatewayCode = GatewayCode(),
 ) -> AsyncIterator[Stack]:
-    """Upstream + gateway (`workers` processes) in `workdir`, ready, with a load key; both
-    stopped on exit."""
+    """Upstream + gateway (`workers` processes, running `code`) in `workdir`, ready, with a load
+    key; both stopped on exit. The upstream is always this tree's."""
     _make_dir(workdir)
     upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
     upstream_argv += ["--completion-tokens", str(completion_tokens)]
@@ -328,7 +380,7 @@ async def stack(
         management_key = "service_mgmt_bench-" + "".join(
             secrets.choice(alphabet) for _ in range(24)
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        env = gateway_env()
         env.update(
             GATEWAY_DATA_DIR=str(workdir),
             GATEWAY_DATABASE_URL=f"sqlite:///{workdir}/gw.db",
@@ -336,10 +388,15 @@ async def stack(
             GATEWAY_BOOTSTRAP_MANAGEMENT_KEY=management_key,
             GATEWAY_LOG_LEVEL="WARNING",
         )
-        gateway_argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config)]
+        gateway_argv = [code.python, "-m", "gateway", "serve", "--config", str(config)]
         gateway_argv += ["--workers", str(workers)]
         async with child(
-            "gateway", gateway_argv, log=workdir / "gateway.log", cpu=gateway_cpu, env=env
+            "gateway",
+            gateway_argv,
+            log=workdir / "gateway.log",
+            cpu=gateway_cpu,
+            env=env,
+            cwd=code.source,
         ) as gateway:
             with trio.fail_after(30):
                 key = await _create_key(gateway.url.rstrip("/"), management_key)
@@ -501,75 +558,3 @@ async def _workers_scaling(workdir: Path, options: SuiteOptions) -> list[Row]:
                 measured = await measure(scenario, gateway_pid=pid, progress=options.progress)
                 rows.append(Row.from_measured(measured))
     return rows
-
-
-BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
-
-
-async def compare_billing(options: SuiteOptions) -> list[Row]:
-    """Billing on against billing off, loaded at the same time: two stacks whose gateways are
-    pinned to the same CPU, so this machine's speed drift hits both alike (runs taken one after
-    the other here differ by up to 2x), in two rounds with each side first once. Compare their
-    `gateway CPU us/req` and req/s (report.billing_overhead)."""
-    raise_fd_limit()
-    cpus = CpuPlan.choose()
-    own_affinity = os.sched_getaffinity(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, {cpus.load})
-    top = max(options.concurrency, default=1)
-    rows: list[Row] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
-
-            def billing_stack(index: int, name: str) -> AbstractAsyncContextManager[Stack]:
-                return stack(
-                    Path(tmp) / f"round-{index}" / name,
-                    cpus,
-                    chunk_interval_ms=None,
-                    completion_tokens=options.completion_tokens,
-                    max_connections=top + 64,
-                    keepalive=top + 64,
-                    billing=name == BILLING_ON,
-                )
-
-            # Two rounds, each stack started and loaded first once: with identical work on
-            # both, the method favoured one side by ~4 % (docs/performance.md).
-            for index, names in enumerate([(BILLING_ON, BILLING_OFF), (BILLING_OFF, BILLING_ON)]):
-                async with (
-                    billing_stack(index, names[0]) as first,
-                    billing_stack(index, names[1]) as second,
-                ):
-                    for mode in options.modes:
-                        rows += await _at_once(
-                            [(names[0], first), (names[1], second)], options, mode == "sse", top
-                        )
-    finally:
-        os.sched_setaffinity(0, own_affinity)
-    return rows
-
-
-async def _at_once(
-    stacks: list[tuple[str, Stack]], options: SuiteOptions, stream: bool, concurrency: int
-) -> list[Row]:
-    measured: dict[str, Measured] = {}
-
-    async def one(name: str, s: Stack) -> None:
-        scenario = Scenario(
-            name,
-            s.gateway.url.rstrip("/") + "/v1",
-            s.gateway_key,
-            MODEL,
-            stream,
-            concurrency,
-            duration_s=options.duration_s,
-            warmup_s=options.warmup_s,
-            max_tokens=options.completion_tokens,
-        )
-        measured[name] = await measure(
-            scenario, gateway_pid=s.gateway.process.pid, progress=options.progress
-        )
-
-    async with trio.open_nursery() as nursery:
-        for name, s in stacks:
-            nursery.start_soon(one, name, s)
-    return [Row.from_measured(measured[name]) for name, _ in stacks]

@@ -1,59 +1,58 @@
-"""Assemble the ASGI application of one instance from its runtime."""
+"""Assemble the ASGI application of one instance from its runtime: every API area's routes in
+one request layer (gateway/web/), wrapped in the request middleware."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from quart_trio import QuartTrio
-
-from gateway import errors
-from gateway.inference import app as inference
+from gateway.config import ServerConfig
+from gateway.credits import routes as credits
+from gateway.inference import routes as inference
 from gateway.inference.deps import InferenceDeps
-from gateway.middleware import ASGIApp, RequestMiddleware
-from gateway.routes import credits, keys, operations, provider_keys
-from gateway.routing import Operation, Routes
+from gateway.keys import routes as keys
+from gateway.operations import routes as operations
+from gateway.provider_keys import routes as provider_keys
 from gateway.runtime import Runtime
+from gateway.server.asgi import ASGIApp
+from gateway.web import BodyLimits, Operation, Routes, WebApp
+from gateway.web.middleware import RequestMiddleware
+
+
+def body_limits(server: ServerConfig) -> BodyLimits:
+    return BodyLimits(
+        json=server.max_request_body_bytes,
+        audio=server.max_audio_body_bytes,
+        file=server.max_file_body_bytes,
+        vision=server.max_vision_body_bytes,
+    )
 
 
 def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     """The app wrapped in the request middleware. `extra` lets tests mount routes of their own."""
-    app = QuartTrio("gateway")
     server = runtime.config.server
-    # Quart's defaults cut long SSE streams after 60 s and buffer up to 16 MiB per body.
-    app.config["RESPONSE_TIMEOUT"] = None
-    app.config["BODY_TIMEOUT"] = 60
-    app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
-    errors.install(app)
-
-    registered: list[Routes] = []
-
-    def all_operations() -> list[Operation]:
-        return [*inference.OPERATIONS, *(op for r in registered for op in r.operations)]
-
-    registered += [
-        keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
-        provider_keys.routes(
-            runtime.storage, runtime.auth, runtime.provider_keys, runtime.upstreams
-        ),
-        credits.routes(runtime.storage, runtime.auth, runtime.accountant, runtime.payments),
-        operations.routes(
-            runtime.storage.db, runtime.supervisor, runtime.auth, runtime.metrics, all_operations
-        ),
-        *extra,
-    ]
-    for r in registered:
-        app.register_blueprint(r.blueprint)
     deps = InferenceDeps(
-        auth=runtime.auth,
         registry=runtime.registry,
         upstreams=runtime.upstreams,
         relays=runtime.relays,
         limiter=runtime.limiter,
         idempotency=runtime.storage.idempotency,
-        max_body_bytes=server.max_request_body_bytes,
         sse_keepalive_s=server.sse_keepalive_s,
         accountant=runtime.accountant if runtime.config.billing.enabled else None,
         provider_keys=runtime.provider_keys,
     )
-    hot_path = inference.InferenceApp(app, deps)
-    return RequestMiddleware(hot_path, runtime.metrics, log_requests=server.access_log)
+    app: WebApp | None = None
+
+    def all_operations() -> list[Operation]:
+        assert app is not None
+        return app.router.operations
+
+    areas = [
+        inference.routes(deps),  # first: the hot path's static paths are dict lookups anyway
+        keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
+        provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
+        credits.routes(runtime.storage, runtime.accountant, runtime.payments),
+        operations.routes(runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations),
+        *extra,
+    ]
+    app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
+    return RequestMiddleware(app, runtime.metrics, log_requests=server.access_log)

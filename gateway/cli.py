@@ -10,11 +10,12 @@ from decimal import Decimal
 
 import trio
 
-from actors.shared_holds import SharedHoldsUnavailable, open_shared_holds
+from actors.errors import RedisUnavailable
+from actors.shared_holds import open_shared_holds
 from gateway.bootstrap import accept_bootstrap_key, first_start_key
 from gateway.config import Config, ConfigError, load_config, redact_url
+from gateway.config.master_key import MasterKeyError
 from gateway.logs import setup_logging
-from gateway.master_key import MasterKeyError
 from gateway.runtime import credential_hasher
 from protocol.billing import ADJUSTMENT
 from protocol.credentials import CredentialKind
@@ -120,7 +121,7 @@ async def _grant_credits(config: Config, org_ref: str, amount: Decimal, note: st
         if shared is not None:  # instances sharing Redis see it at once
             try:
                 await shared.credit(org.id, txn.amount_micros)
-            except SharedHoldsUnavailable as exc:
+            except RedisUnavailable as exc:
                 print(f"gateway: stored, but Redis was not updated: {exc}", file=sys.stderr)
     print(f"{txn.id}: {micros_to_usd(txn.amount_micros):+.6f} USD to {org.name} ({org.id})")
     print(f"balance: {micros_to_usd(txn.balance_after_micros):.6f} USD")
@@ -138,7 +139,7 @@ async def _prepare_serving(config: Config) -> str | None:
 
 
 def _serve(config: Config) -> int:
-    from gateway.server import serve
+    from gateway.server.serve import serve
 
     first_key = trio.run(_prepare_serving, config)
     providers = ", ".join(f"{p.name} ({p.kind})" for p in config.providers) or "none configured"

@@ -21,11 +21,11 @@ from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from gateway.auth import Authenticator
 from gateway.config import Config, ProviderConfig
-from gateway.master_key import load_master_key
-from gateway.metrics import Metrics
-from gateway.model_registry import ModelRegistry
-from gateway.payments import PaymentProcessor, open_processor
-from gateway.provider_key_resolver import ProviderKeyResolver
+from gateway.config.master_key import load_master_key
+from gateway.credits.payments import PaymentProcessor, open_processor
+from gateway.inference.model_registry import ModelRegistry
+from gateway.operations.metrics import Metrics
+from gateway.provider_keys.resolver import ProviderKeyResolver
 from protocol.credentials import CredentialHasher, derive_pepper
 from protocol.secretbox import PROVIDER_KEYS, SecretBox
 from storage.open import Storage, open_storage
@@ -90,6 +90,7 @@ async def open_runtime(
             await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
+        nursery.start_soon(metrics.publish_gauges)
         registry = ModelRegistry(config.providers, config.models)
         try:
             yield Runtime(
@@ -122,6 +123,7 @@ def _client(provider: ProviderConfig) -> UpstreamClient:
         max_keepalive_connections=provider.max_keepalive_connections,
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
+        max_response_bytes=provider.max_response_bytes,
     )
 
 

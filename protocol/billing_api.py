@@ -15,12 +15,13 @@ class CreditAccount(msgspec.Struct, kw_only=True):
     balance_usd: float
     lifetime_spend_usd: float
     auto_replenish: bool
-    replenish_amount_usd: float | None
-    replenish_threshold_usd: float | None
+    replenish_amount_usd: float  # 0.0: not set
+    replenish_threshold_usd: float  # 0.0: not set
 
 
 class CreditSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """PATCH /v1/credits: only included fields change."""
+    """PATCH /v1/credits: only included fields change. A replenish amount or threshold of 0
+    or null clears it (it reads back as 0.0, and auto-replenish cannot be on without both)."""
 
     auto_replenish: bool | UnsetType = UNSET
     replenish_amount_usd: Usd | None | UnsetType = UNSET

@@ -1,5 +1,5 @@
 """The payment processor interface behind top-ups and auto-replenish (no I/O here; the
-built-in `test` processor is gateway/payments.py)."""
+built-in `test` processor is gateway/credits/payments.py)."""
 
 from __future__ import annotations
 
@@ -36,4 +36,11 @@ class PaymentProcessor(Protocol):
         """Take `micros` from the method; returns the processor's charge id. `reference` is
         stable across retries of one top-up (the processor's idempotency key).
         Raises PaymentDeclined."""
+        ...
+
+    async def refund(self, org_id: str, reference: str) -> None:
+        """Give back the charge made with `reference`, if there is one that was not refunded
+        (idempotent: a top-up whose credit could not be written is refunded by reference,
+        whether or not its charge happened). A later `charge` with the same reference is a
+        new charge."""
         ...

@@ -67,11 +67,29 @@ class IdempotencyRepository:
             response=row["response"],
         )
 
-    async def finish(self, org_id: str, key: str, state: str, response: str | None) -> None:
+    async def finish(
+        self,
+        org_id: str,
+        key: str,
+        state: str,
+        response: str | None,
+        *,
+        expires_us: int | None = None,
+    ) -> None:
+        """Record the outcome; with `expires_us`, keep it until then (a claim may have been
+        taken with a short time to live while in progress)."""
+        params = {"org_id": org_id, "key": key, "state": state, "response": response}
+        if expires_us is None:
+            await self._db.execute(
+                "UPDATE idempotency_keys SET state = :state, response = :response"
+                " WHERE org_id = :org_id AND key = :key",
+                params,
+            )
+            return
         await self._db.execute(
-            "UPDATE idempotency_keys SET state = :state, response = :response"
-            " WHERE org_id = :org_id AND key = :key",
-            {"org_id": org_id, "key": key, "state": state, "response": response},
+            "UPDATE idempotency_keys SET state = :state, response = :response,"
+            " expires_at = :expires WHERE org_id = :org_id AND key = :key",
+            {**params, "expires": expires_us},
         )
 
     async def release(self, org_id: str, key: str) -> None:

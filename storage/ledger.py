@@ -151,13 +151,21 @@ class LedgerRepository:
         return _account(row)
 
     async def apply(
-        self, org_id: str, type: str, micros: int, description: str, *, tx: Executor | None = None
+        self,
+        org_id: str,
+        type: str,
+        micros: int,
+        description: str,
+        *,
+        tx: Executor | None = None,
+        id: str | None = None,
     ) -> Transaction:
         """Add `micros` (negative takes away) to the balance with its row, atomically. With
-        `tx`, inside the caller's transaction."""
+        `tx`, inside the caller's transaction. With `id`, the row's id: a second apply with it
+        raises UniqueViolation and changes nothing (a top-up is credited once)."""
         if tx is None:
             async with self._db.transaction() as own:
-                return await self.apply(org_id, type, micros, description, tx=own)
+                return await self.apply(org_id, type, micros, description, tx=own, id=id)
         await _ensure_account(tx, org_id)
         now = now_us()
         balance = await tx.fetchval(
@@ -166,7 +174,7 @@ class LedgerRepository:
             {"micros": micros, "now": now, "org_id": org_id},
         )
         row = Transaction(
-            id=new_id("txn"),
+            id=id or new_id("txn"),
             org_id=org_id,
             type=type,
             amount_micros=micros,
@@ -246,6 +254,13 @@ class LedgerRepository:
             {**params, "limit": limit, "offset": offset},
         )
         return [_transaction(r) for r in rows], int(total)
+
+    async def transaction(self, org_id: str, txn_id: str) -> Transaction | None:
+        row = await self._db.fetchrow(
+            "SELECT * FROM transactions WHERE id = :id AND org_id = :org_id",
+            {"id": txn_id, "org_id": org_id},
+        )
+        return None if row is None else _transaction(row)
 
     async def sum_rows(self, org_id: str) -> int:
         """The sum of every row of the org: equals its balance (the ledger's invariant)."""

@@ -8,8 +8,10 @@ query to the server, and the connection goes back to the pool. See docs/decision
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import asyncpg
@@ -21,6 +23,13 @@ from storage.errors import StorageUnavailable, UniqueViolation
 from storage.sql import positional_args, to_positional
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# ROLLBACK, COMMIT and a connection's reset are one round trip each: past this the server is
+# not answering, and a stopping server must not wait on it.
+CLEANUP_S = 5.0
+# Closing the pool waits for connections in use to come back; at shutdown they are few, and
+# a server that does not answer must not hold the stop longer than this.
+CLOSE_S = 10.0
 
 
 @contextmanager
@@ -29,8 +38,34 @@ def _mapped_errors() -> Iterator[None]:
         yield
     except asyncpg.UniqueViolationError as exc:
         raise UniqueViolation(str(exc.constraint_name or exc)) from None
-    except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+    except _UNAVAILABLE as exc:
         raise StorageUnavailable(f"postgresql: {type(exc).__name__}") from exc
+    except asyncpg.InterfaceError as exc:
+        # Mostly our own misuse ("another operation is in progress"): a bug, left to
+        # propagate. Only a connection closed under us, or the pool stopping, is unavailable.
+        if any(m in str(exc) for m in _CLOSED_MESSAGES):
+            raise StorageUnavailable(f"postgresql: {exc}") from exc
+        raise
+
+
+# The server cannot be reached or is refusing work for now: worth a retry (503). Other errors
+# (undefined table, bad SQL, misuse of a connection) propagate as the bugs they are.
+_UNAVAILABLE = (
+    OSError,  # refused, reset, unreachable
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08, and the connection lost mid-query
+    asyncpg.CannotConnectNowError,  # 57P03: starting up or shutting down
+    asyncpg.AdminShutdownError,  # 57P01
+    asyncpg.CrashShutdownError,  # 57P02
+    asyncpg.TooManyConnectionsError,  # 53300
+)
+_CLOSED_MESSAGES = (
+    "connection is closed",
+    # a pooled connection the server closed is handed back to the pool at once, so the next
+    # statement on it says this (we never use one after releasing it ourselves)
+    "released back to the pool",
+    "pool is closing",
+    "pool is closed",
+)
 
 
 def _prepare(sql: str, params: Params) -> tuple[str, list[object]]:
@@ -113,6 +148,12 @@ class PostgresDatabase(Database):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:
+        """A transaction on one connection. Its end (commit, or rollback when the block
+        raises or is cancelled) and the connection's release are shielded from cancellation
+        and bounded by CLEANUP_S each: a server that stops answering cannot hang a stop. A
+        commit without an answer in time raises StorageUnavailable (its outcome is unknown);
+        a rollback that fails or times out is logged and the block's own error raised; a
+        connection not released in time is terminated by the pool."""
         conn = await self._aio(self._pool.acquire)
         try:
             tx = conn.transaction()
@@ -120,23 +161,45 @@ class PostgresDatabase(Database):
             try:
                 yield _ConnExecutor(self, conn)
             except BaseException:
-                with trio.CancelScope(shield=True):
-                    await self._aio(tx.rollback)
+                await self._rollback(tx)
                 raise
             else:
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + CLEANUP_S
                     await self._aio(tx.commit)
+                if scope.cancelled_caught:
+                    raise StorageUnavailable(f"postgresql: no answer to COMMIT in {CLEANUP_S} s")
         finally:
-            with trio.CancelScope(shield=True):
-                await self._aio(self._pool.release, conn)
+            # asyncpg's release resets the connection and, past its timeout, terminates it
+            # (and raises); ours is a backstop a little later, so that its error is ours to log.
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + CLEANUP_S + 1
+                try:
+                    await self._aio(partial(self._pool.release, conn, timeout=CLEANUP_S))
+                except Exception:  # the block's own outcome matters more
+                    log.warning("postgresql: connection reset failed; dropped", exc_info=True)
+            if scope.cancelled_caught:
+                log.error("postgresql: releasing a connection took over %s s", CLEANUP_S)
+
+    async def _rollback(self, tx: Any) -> None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + CLEANUP_S
+            try:
+                await self._aio(tx.rollback)
+            except Exception:  # the block's own error matters more (often the same cause)
+                log.warning("postgresql: ROLLBACK failed", exc_info=True)
+        if scope.cancelled_caught:
+            log.error("postgresql: no answer to ROLLBACK in %s s", CLEANUP_S)
 
     async def run_script(self, script: str) -> None:
         await self._with_conn(lambda c: c.execute(script))
 
     async def aclose(self) -> None:
-        with trio.move_on_after(10):
+        """Close the pool gracefully, or terminate its connections after CLOSE_S."""
+        with trio.move_on_after(CLOSE_S):
             await self._aio(self._pool.close)
             return
+        log.warning("postgresql: the pool did not close in %s s; terminating it", CLOSE_S)
         self._pool.terminate()
 
 
@@ -151,6 +214,7 @@ async def open_postgres(
     """Open the asyncio bridge and a connection pool; both close when the block exits."""
     where = _describe_url(url)
     async with trio_asyncio.open_loop() as loop:
+        loop.set_exception_handler(_log_asyncio_error)
         try:
             pool = await loop.run_aio_coroutine(
                 asyncpg.create_pool(
@@ -163,8 +227,20 @@ async def open_postgres(
         try:
             yield db
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True):  # bounded: aclose gives up after CLOSE_S
                 await db.aclose()
+
+
+def _log_asyncio_error(loop: Any, context: dict[str, Any]) -> None:
+    """Errors nobody awaited on the asyncio side: asyncpg leaves some when it terminates a
+    connection (a cleanup that timed out). trio-asyncio's default handler re-raises them into
+    the loop's nursery, which would take the database (and the process) down with them."""
+    exc = context.get("exception")
+    log.warning(
+        "postgresql (asyncio side): %s",
+        context.get("message", "unhandled error"),
+        exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+    )
 
 
 def _describe_url(url: str) -> str:

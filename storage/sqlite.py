@@ -56,7 +56,30 @@ def _mapped_errors() -> Iterator[None]:
             raise UniqueViolation(str(exc)) from None
         raise
     except sqlite3.OperationalError as exc:
-        raise StorageUnavailable(f"sqlite: {exc}") from exc
+        if _primary_code(exc) in _UNAVAILABLE:
+            raise StorageUnavailable(f"sqlite: {exc}") from exc
+        raise  # a bug (no such table, bad SQL): a 500 with its traceback, not "retry shortly"
+
+
+# The database cannot be used right now, for reasons outside the statement: worth a retry
+# (503). Everything else, OperationalError included ("no such table", a syntax error),
+# propagates as the bug it is.
+_UNAVAILABLE = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,  # another process held the lock past busy_timeout
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_IOERR,  # disk I/O error
+        sqlite3.SQLITE_FULL,  # database or disk is full
+        sqlite3.SQLITE_CANTOPEN,  # unable to open the database file
+        sqlite3.SQLITE_READONLY,  # read-only file system or file
+        sqlite3.SQLITE_PROTOCOL,  # WAL lock protocol error (a race with another process)
+    }
+)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF  # extended codes keep the primary in the low byte
 
 
 class _WriterExecutor(Executor):
@@ -135,6 +158,9 @@ class SQLiteDatabase(Database):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:
+        """One write transaction. Its COMMIT or ROLLBACK is shielded without a deadline: a
+        writer-thread call cannot be abandoned (module docstring of sqlite_thread), so a
+        deadline could not shorten it; both are local and bounded by busy_timeout (10 s)."""
         async with self._tx_lock:
             await self._writer.call(lambda c: _run(c, "BEGIN IMMEDIATE", {}))
             try:

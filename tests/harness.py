@@ -18,9 +18,9 @@ import httpx
 import trio
 
 from gateway.config import Config, load_config
-from gateway.routing import Routes
 from gateway.runtime import Runtime
-from gateway.server import serve_instance
+from gateway.server.serve import serve_instance
+from gateway.web import Routes
 from protocol.credentials import CredentialKind
 
 

@@ -10,7 +10,7 @@ from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.model_registry import ResolvedModel, capability_missing, require_price
+from gateway.inference.model_registry import ResolvedModel, capability_missing, require_price
 from protocol.billing import KeyBudget
 
 # What each provider kind can do through the gateway so far; `supports` in [[providers]]

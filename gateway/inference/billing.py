@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from actors.accountant import Accountant, BudgetExceeded, InsufficientCredits, Reservation
 from gateway.config import ModelConfig
-from gateway.request_context import RequestContext
+from gateway.web.context import RequestContext
 from protocol.billing import (
     FREE_TARIFF,
     KeyBudget,
@@ -76,7 +76,7 @@ def pricing_for(price: ModelConfig, plan: str) -> Pricing:
 @lru_cache(maxsize=4096)
 def _pricing(input_usd: Decimal, output_usd: Decimal | None, plan: str) -> Pricing:
     """Cached by prices, not by config object: a `provider/model` name that is not configured
-    gets a new config per request (gateway/model_registry.py)."""
+    gets a new config per request (gateway/inference/model_registry.py)."""
     return Pricing((input_usd, output_usd), fee_percent(plan))
 
 

@@ -1,21 +1,21 @@
-"""One hot-path request: its ASGI channels, caller, rate-limit headers and response state,
-and the steps every inference route shares (authenticate, admit, answer)."""
+"""One hot-path request: the layer's `Request` (ASGI channels, caller, response headers and
+state) plus what inference adds (bill, own provider key), and the steps every inference route
+shares (model allowed, admit, charge, answer). The caller was authenticated by the request
+layer before the handler ran."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
-from actors.ratelimit import RateLimiter, RateLimiterUnavailable
+from actors.errors import RedisUnavailable
+from actors.ratelimit import RateLimiter
 from actors.throttled_log import ThrottledWarning
-from gateway.asgi import Headers, header, send_json
-from gateway.auth import Authenticator
+from gateway.auth.principal import Principal
 from gateway.config import ModelConfig
 from gateway.inference.billing import Bill, provider_cost
-from gateway.middleware import Receive, Scope, Send
-from gateway.model_registry import ResolvedModel
-from gateway.principal import Principal
-from gateway.request_context import RequestContext
+from gateway.inference.model_registry import ResolvedModel
+from gateway.web.request import Request
+from gateway.web.responses import send_json
 from protocol.errors import APIError, forbidden
 from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
@@ -26,30 +26,21 @@ limiter_unavailable = ThrottledWarning(
 )
 
 
-@dataclass
 class Call:
-    scope: Scope
-    receive: Receive
-    send: Send
-    ctx: RequestContext
-    principal: Principal | None = None
-    headers: Headers = field(default_factory=list)  # added to every response (rate limits)
-    started: bool = False  # the response has begun: errors can no longer be a JSON answer
-    bill: Bill | None = None  # with billing on: the request's reservation
-    # The org's own key for the model's provider (bring-your-own-key): sent upstream instead of
-    # the gateway's; the provider bills the org, so the request costs nothing here.
-    own_key: str | None = None
+    __slots__ = ("bill", "ctx", "own_key", "principal", "request")
 
-    async def authenticate(self, auth: Authenticator, scope_name: str) -> Principal:
-        principal = await auth.authenticate(header(self.scope, b"authorization"))
-        self.ctx.org_id = principal.org_id
-        self.ctx.key_id = principal.key_id
-        principal.require_scope(scope_name)
-        self.principal = principal
-        return principal
+    def __init__(self, request: Request) -> None:
+        assert request.principal is not None  # every inference route needs a credential
+        self.request = request
+        self.ctx = request.ctx
+        self.principal: Principal = request.principal
+        self.bill: Bill | None = None  # with billing on: the request's reservation
+        # The org's own key for the model's provider (bring-your-own-key): sent upstream
+        # instead of the gateway's; the provider bills the org, so the request costs nothing.
+        self.own_key: str | None = None
 
     def check_model_allowed(self, model: ResolvedModel) -> None:
-        key = self.principal.key if self.principal else None
+        key = self.principal.key
         if key is None or key.allowed_models is None:
             return
         if not set(model.names()) & set(key.allowed_models):
@@ -59,17 +50,17 @@ class Call:
 
     async def admit(self, limiter: RateLimiter) -> None:
         """Apply the key's `rate_limit_rpm`; APIError 429 with Retry-After when over it."""
-        key = self.principal.key if self.principal else None
+        key = self.principal.key
         if key is None or key.rate_limit_rpm is None:
             return
         try:
             decision = await limiter.admit(key.id, key.rate_limit_rpm)
-        except RateLimiterUnavailable as exc:
+        except RedisUnavailable as exc:
             # Fail open: an outage of the shared limiter store must not stop all traffic.
             # Budgets (money) do not depend on this path. See docs/decisions.md.
             limiter_unavailable(exc)
             return
-        self.headers = [(k.encode(), v.encode()) for k, v in decision_headers(decision)]
+        self.request.headers = [(k.encode(), v.encode()) for k, v in decision_headers(decision)]
         if not decision.allowed:
             raise APIError(
                 429,
@@ -84,7 +75,7 @@ class Call:
         self.ctx.prompt_tokens = usage.prompt_tokens
         self.ctx.completion_tokens = usage.completion_tokens
         if self.bill is not None:
-            key_id = self.principal.key_id if self.principal else None
+            key_id = self.principal.key_id
             self.ctx.cost_usd = self.bill.charge(self.ctx, usage, key_id) / 1_000_000
             self.bill = None
         elif self.own_key is not None:
@@ -100,5 +91,6 @@ class Call:
             self.bill = None
 
     async def answer_json(self, body: bytes, status: int = 200) -> None:
-        self.started = True
-        await send_json(self.send, status, body, self.headers)
+        request = self.request
+        request.started = True
+        await send_json(request.send, status, body, request.headers)

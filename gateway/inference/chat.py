@@ -11,16 +11,16 @@ import trio
 
 from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
 from actors.upstream import UpstreamClient, UpstreamError
-from gateway.asgi import read_body
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
+from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
 from gateway.inference.upstream_errors import upstream_failure
-from gateway.model_registry import ResolvedModel
+from gateway.web.request import Request
 from protocol import anthropic
 from protocol.openai_chat import (
     ChatRequest,
@@ -30,7 +30,6 @@ from protocol.openai_chat import (
     rewrite_request,
 )
 from protocol.pricing import estimate_tokens
-from protocol.scopes import CHAT_COMPLETIONS
 from protocol.usage import Usage
 from storage.idempotency import COMPLETED, STREAMED
 
@@ -39,18 +38,17 @@ class ChatCompletions:
     def __init__(self, deps: InferenceDeps) -> None:
         self._deps = deps
 
-    async def __call__(self, call: Call) -> None:
+    async def __call__(self, http: Request) -> None:
         deps = self._deps
-        await call.authenticate(deps.auth, CHAT_COMPLETIONS)
-        body = await read_body(call.receive, deps.max_body_bytes)
+        call = Call(http)
+        body = await http.body()
         request = parse_chat_request(body)
         model, price = await admit_model(call, deps, request.model, capability="chat")
-        assert call.principal is not None
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body
         )
         if claim is not None and claim.replay is not None:
-            call.headers.append((b"idempotent-replayed", b"true"))
+            http.headers.append((b"idempotent-replayed", b"true"))
             await call.answer_json(claim.replay)
             return
         try:
@@ -73,11 +71,7 @@ class ChatCompletions:
         except BaseException:
             call.close_bill()
             if claim is not None:
-                with trio.CancelScope(shield=True):
-                    if call.started:  # a stream began: it is not replayable, never rerun
-                        await claim.repo.finish(claim.org_id, claim.key, STREAMED, None)
-                    else:
-                        await claim.repo.release(claim.org_id, claim.key)
+                await idempotency.end_failed(claim, started=http.started)
             raise
 
     async def _forward(
@@ -145,11 +139,12 @@ class ChatCompletions:
             frames = anthropic.StreamTranslator(model=model.id, include_usage=include_usage)
         else:
             frames = OpenAIFrames(ChunkRelay(model=model.id, include_usage=include_usage))
-        pump = Pump(call.send, deps.sse_keepalive_s)
+        http = call.request
+        pump = Pump(http.send, deps.sse_keepalive_s)
         failure: UpstreamError | None = None
         try:
             async with trio.open_nursery() as streams:
-                streams.start_soon(cancel_on_disconnect, call.receive, streams.cancel_scope)
+                streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
                 send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
                 try:
                     await streams.start(
@@ -164,8 +159,8 @@ class ChatCompletions:
                     failure = exc
                     recv_ch.close()
                 else:
-                    call.started = True
-                    await start_sse(call.scope, call.send, call.headers)
+                    http.started = True
+                    await start_sse(http.scope, http.send, http.headers)
                     await pump.run(recv_ch)
                 streams.cancel_scope.cancel()
             if failure is not None:
@@ -178,5 +173,5 @@ class ChatCompletions:
                 completion_tokens=max(0, pump.frames_sent - 1),  # less the role chunk
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
-            if call.started:
+            if http.started:
                 call.charge(usage, price)

@@ -1,4 +1,5 @@
-"""What the hot-path routes are given: the runtime's parts they use, nothing else."""
+"""What the hot-path routes are given: the runtime's parts they use, nothing else (the
+request layer authenticates and applies the body limit)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,18 @@ from actors.accountant import Accountant
 from actors.ratelimit import RateLimiter
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
-from gateway.auth import Authenticator
-from gateway.model_registry import ModelRegistry
-from gateway.provider_key_resolver import ProviderKeyResolver
+from gateway.inference.model_registry import ModelRegistry
+from gateway.provider_keys.resolver import ProviderKeyResolver
 from storage.idempotency import IdempotencyRepository
 
 
 @dataclass(frozen=True)
 class InferenceDeps:
-    auth: Authenticator
     registry: ModelRegistry
     upstreams: Upstreams
     relays: StreamRelays
     limiter: RateLimiter
     idempotency: IdempotencyRepository
-    max_body_bytes: int
     sse_keepalive_s: float
     accountant: Accountant | None  # None: billing is off
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider

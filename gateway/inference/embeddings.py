@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
-
 from actors.upstream import UpstreamError
-from gateway.asgi import read_body
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import upstream_failure
+from gateway.web.request import Request
 from protocol.decoding import decode_json
 from protocol.errors import invalid_request
 from protocol.openai_chat import rewrite_model_in_object, rewrite_request
-from protocol.scopes import EMBEDDINGS
+from protocol.openai_schema import EmbeddingsRequest
 from protocol.usage import Usage
-
-
-class EmbeddingsRequest(msgspec.Struct):
-    model: str
-    input: Any = msgspec.UNSET  # a string, strings, or token arrays: checked for presence only
 
 
 class Embeddings:
     def __init__(self, deps: InferenceDeps) -> None:
         self._deps = deps
 
-    async def __call__(self, call: Call) -> None:
+    async def __call__(self, http: Request) -> None:
         deps = self._deps
-        await call.authenticate(deps.auth, EMBEDDINGS)
-        body = await read_body(call.receive, deps.max_body_bytes)
+        call = Call(http)
+        body = await http.body()
         request = decode_json(body, EmbeddingsRequest)
-        if request.input is msgspec.UNSET or request.input in ("", []):
+        if request.input in ("", []):
             raise invalid_request("`input` must be a non-empty string or array.", param="input")
         model, price = await admit_model(call, deps, request.model, capability="embeddings")
         client = deps.upstreams.get(model.provider.name)

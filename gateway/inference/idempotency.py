@@ -10,14 +10,22 @@ different body is 409 too. A request that failed releases its key, so a retry ru
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
+
+import trio
 
 from protocol.errors import APIError, invalid_request
 from protocol.timefmt import now_us
-from storage.idempotency import COMPLETED, IN_PROGRESS, IdempotencyRepository
+from storage.idempotency import COMPLETED, IN_PROGRESS, STREAMED, IdempotencyRepository
+
+log = logging.getLogger(__name__)
 
 TTL_US = 24 * 3600 * 1_000_000
 MAX_KEY_LENGTH = 255
+# One short write; past this the database is not answering, and a stopping server must not
+# wait on a request's cleanup.
+CLEANUP_S = 5.0
 
 
 @dataclass
@@ -68,3 +76,22 @@ async def begin(
         "or resumed. Send a new request with a new key.",
         "idempotency_key_reused",
     )
+
+
+async def end_failed(call: IdempotentCall, *, started: bool) -> None:
+    """After a failed or cancelled request: a stream that began is marked STREAMED (never
+    rerun), anything else releases the key so a retry runs. Shielded from cancellation and
+    bounded by CLEANUP_S; a cleanup that gives up is logged (the key then stays in progress
+    until it expires). Never raises but for bugs."""
+    with trio.CancelScope(shield=True) as scope:
+        scope.deadline = trio.current_time() + CLEANUP_S
+        try:
+            if started:
+                await call.repo.finish(call.org_id, call.key, STREAMED, None)
+            else:
+                await call.repo.release(call.org_id, call.key)
+            return
+        except Exception:
+            log.exception("could not end idempotency key %r of %s", call.key, call.org_id)
+            return
+    log.error("ending idempotency key %r of %s took over %s s", call.key, call.org_id, CLEANUP_S)

@@ -7,8 +7,8 @@ import msgspec
 
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.model_registry import ResolvedModel, model_not_found
-from protocol.scopes import MODELS_READ
+from gateway.inference.model_registry import ResolvedModel, model_not_found
+from gateway.web.request import Request
 
 
 class ModelObject(msgspec.Struct):
@@ -24,7 +24,7 @@ class ModelList(msgspec.Struct):
 
 
 def _allowed(call: Call, model: ResolvedModel) -> bool:
-    key = call.principal.key if call.principal else None
+    key = call.principal.key
     return (
         key is None
         or key.allowed_models is None
@@ -36,8 +36,8 @@ class Models:
     def __init__(self, deps: InferenceDeps) -> None:
         self._deps = deps
 
-    async def list(self, call: Call) -> None:
-        await call.authenticate(self._deps.auth, MODELS_READ)
+    async def list(self, http: Request) -> None:
+        call = Call(http)
         data = [
             ModelObject(alias, "model", 0, model.provider.name)
             for alias, model in self._deps.registry.configured()
@@ -45,8 +45,9 @@ class Models:
         ]
         await call.answer_json(msgspec.json.encode(ModelList("list", data)))
 
-    async def retrieve(self, call: Call, model_id: str) -> None:
-        await call.authenticate(self._deps.auth, MODELS_READ)
+    async def retrieve(self, http: Request) -> None:
+        call = Call(http)
+        model_id = http.path_params["model_id"]
         for alias, model in self._deps.registry.configured():
             if model_id in (alias, model.id) and _allowed(call, model):
                 obj = ModelObject(model_id, "model", 0, model.provider.name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import trio
 
-from gateway.asgi import Headers
-from gateway.middleware import Receive, Scope, Send
+from gateway.server.asgi import Receive, Scope, Send
+from gateway.web.responses import Headers
 from protocol.sse import KEEPALIVE
 
 _SSE_HEADERS: Headers = [

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import logging
 
-from actors.upstream import UpstreamError, UpstreamStatusError, UpstreamTimeout
+from actors.upstream import (
+    UpstreamBadResponse,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from protocol.anthropic import upstream_error_message
@@ -27,6 +32,13 @@ def to_api_error(exc: UpstreamError) -> APIError:
             f"The upstream provider {provider!r} did not answer in time.",
             type="upstream_error",
             code="upstream_timeout",
+        )
+    if isinstance(exc, UpstreamBadResponse):
+        return APIError(
+            502,
+            f"The upstream provider {provider!r} sent a malformed or oversized response.",
+            type="upstream_error",
+            code="upstream_bad_response",
         )
     if not isinstance(exc, UpstreamStatusError):
         return APIError(

@@ -16,9 +16,10 @@ from actors.accountant import (
     BudgetExceeded,
     InsufficientCredits,
 )
-from gateway.payments import TestPaymentProcessor
+from gateway.credits.payments import TestPaymentProcessor
 from protocol.billing import TOPUP, KeyBudget
-from storage.ledger import LedgerRepository, UsageCharge
+from storage.database import Executor
+from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.open import Storage
 from tests.charges import usage_charge
 from tests.waiting import wait_until
@@ -117,6 +118,35 @@ async def test_a_flush_whose_outcome_was_lost_is_retried_without_charging_twice(
     assert await storage.ledger.sum_rows(org) == 990
     _, total = await storage.ledger.list(org, limit=10, offset=0)
     assert total == 3  # the top-up and two usage rows, not three
+
+
+class SlowAcknowledgement(LedgerRepository):
+    """Commits the first batch, then never answers (a server that stopped replying)."""
+
+    stalled = False
+
+    async def settle(
+        self, charges: Sequence[UsageCharge], *, skip_stored: bool = False
+    ) -> dict[str, int]:
+        balances = await super().settle(charges, skip_stored=skip_stored)
+        if not self.stalled:
+            self.stalled = True
+            await trio.sleep_forever()
+        return balances
+
+
+async def test_a_flush_cut_off_by_its_time_limit_is_retried_not_lost(storage: Storage) -> None:
+    org = await funded(storage, 1_000)
+    acc = Accountant(SlowAcknowledgement(storage.db), storage.orgs)
+    acc.settle(await acc.reserve(org, 7), charge(org, 7))
+    with trio.move_on_after(1):
+        await acc.flush()
+    assert acc.stats.flush_failures == 1
+    await acc.flush()
+    assert (await storage.ledger.account(org)).balance_micros == 993
+    assert await storage.ledger.sum_rows(org) == 993
+    _, total = await storage.ledger.list(org, limit=10, offset=0)
+    assert total == 2  # the top-up and one usage row
 
 
 async def test_the_balance_is_re_read_after_its_ttl(
@@ -267,8 +297,13 @@ async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
             " WHERE org_id = :org",
             {"hour": REPLENISH_RETRY_US, "org": org},
         )
-        await spend(acc, org, 10_000, 1)
-        await wait_until(lambda: acc.stats.replenished == 1)
+        # A flush starts an attempt only when none runs on this instance: the no-op attempts
+        # the spends above started may still be asking the database (slow under load), so
+        # spend until a flush finds none running.
+        with trio.fail_after(10):
+            while acc.stats.replenished == 0:
+                await spend(acc, org, 10_000, 1)
+                await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert payments.attempts == 2
     assert await storage.ledger.replenish_state(org) == (None, None)
@@ -290,3 +325,34 @@ async def test_two_instances_replenish_once(storage: Storage) -> None:
             await spend(acc, org, 10_000, 1)
         nursery.cancel_scope.cancel()
     assert payments.attempts == 1
+
+
+class TopupsFail(LedgerRepository):
+    """Usage is written; a top-up's credit fails (the database refused that one write)."""
+
+    async def apply(
+        self,
+        org_id: str,
+        type: str,
+        micros: int,
+        description: str,
+        *,
+        tx: Executor | None = None,
+        id: str | None = None,
+    ) -> Transaction:
+        if id is not None:
+            raise OSError("connection lost")
+        return await super().apply(org_id, type, micros, description, tx=tx)
+
+
+async def test_a_replenish_whose_credit_fails_is_refunded(storage: Storage) -> None:
+    org = await replenishing_org(storage, 5_100_000)
+    payments = TestPaymentProcessor()
+    acc = Accountant(TopupsFail(storage.db), storage.orgs, payments, flush_interval_s=3600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acc.run)
+        await spend(acc, org, 200_000, 1)
+        await wait_until(lambda: payments.charges and payments.charges[0].refunded)
+        nursery.cancel_scope.cancel()
+    assert payments.attempts == 1 and payments.net_micros(org) == 0
+    assert await storage.ledger.sum_rows(org) == (await storage.ledger.account(org)).balance_micros

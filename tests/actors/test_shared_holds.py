@@ -16,7 +16,8 @@ from actors.accountant import (
     InsufficientCredits,
     Reservation,
 )
-from actors.shared_holds import SharedHolds, SharedHoldsUnavailable
+from actors.errors import RedisUnavailable
+from actors.shared_holds import SharedHolds
 from protocol.billing import TOPUP, KeyBudget
 from protocol.ids import random_token
 from protocol.timefmt import now_us
@@ -146,7 +147,7 @@ async def test_an_unreachable_redis_falls_back_to_this_instances_view(
     await storage.ledger.apply(org, TOPUP, 100, "top-up")
     async with coredis.Redis.from_url("redis://127.0.0.1:1/0") as nowhere:
         shared = SharedHolds(nowhere, timeout_s=2.0)
-        with pytest.raises(SharedHoldsUnavailable):
+        with pytest.raises(RedisUnavailable):
             await shared.heartbeat()
         acc = Accountant(storage.ledger, storage.orgs, shared=shared)
         held = await acc.reserve(org, 60)

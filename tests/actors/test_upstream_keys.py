@@ -47,6 +47,7 @@ def _client(kind: str, upstream: UpstreamServer) -> UpstreamClient:
         max_keepalive_connections=4,
         connect_timeout_s=5,
         read_timeout_s=5,
+        max_response_bytes=1 << 20,
     )
 
 
@@ -56,7 +57,7 @@ async def test_openai_kind_sends_the_configured_or_the_given_key(
     await openai.post_json("embeddings", b'{"model": "e", "input": "x"}')
     await openai.post_json("embeddings", b'{"model": "e", "input": "x"}', api_key="sk-org-own")
     async with openai.stream("chat/completions", CHAT, api_key="sk-org-stream") as response:
-        await response.read()
+        await response.read(1 << 20)
     await openai.get_json("models", api_key="sk-org-check")
     await openai.get_json("models")
     sent = [(r.method, r.path, r.headers["authorization"]) for r in upstream.requests]

@@ -44,8 +44,8 @@ async def test_a_new_account_is_empty(gateway: Gateway) -> None:
         "balance_usd": 0.0,
         "lifetime_spend_usd": 0.0,
         "auto_replenish": False,
-        "replenish_amount_usd": None,
-        "replenish_threshold_usd": None,
+        "replenish_amount_usd": 0.0,
+        "replenish_threshold_usd": 0.0,
     }
 
 
@@ -155,6 +155,21 @@ async def test_auto_replenish_settings(gateway: Gateway) -> None:
     assert (r.json()["replenish_amount_usd"], r.json()["replenish_threshold_usd"]) == (50.0, 10.0)
     r = await patch("/v1/credits", json={"auto_replenish": False}, headers=gateway.auth())
     assert r.json()["auto_replenish"] is False and r.json()["replenish_amount_usd"] == 50.0
+    # 0 and null clear a setting (read back as 0.0); auto-replenish cannot stay on without it
+    for cleared in (0, None):
+        r = await patch(
+            "/v1/credits", json={"replenish_threshold_usd": cleared}, headers=gateway.auth()
+        )
+        assert r.status_code == 200 and r.json()["replenish_threshold_usd"] == 0.0
+        assert r.json()["replenish_amount_usd"] == 50.0
+        r = await patch(
+            "/v1/credits",
+            json={"auto_replenish": True, "replenish_threshold_usd": cleared},
+            headers=gateway.auth(),
+        )
+        assert r.status_code == 400 and r.json()["error"]["param"] == "replenish_threshold_usd"
+    account = await gateway.runtime.storage.ledger.account(gateway.org_id)
+    assert account.replenish_threshold_micros is None
     r = await patch("/v1/credits", json={"balance_usd": 1e6}, headers=gateway.auth())
     assert r.status_code == 400 and r.json()["error"]["param"] == "balance_usd"
     assert await balance(gateway) == 0.0

@@ -158,7 +158,9 @@ async def test_serve_answers_and_sigterm_exits_zero(tmp_path: Path, workers: str
     env = _env(tmp_path)
     process, url = await _start(_gateway("serve", "--workers", workers), env, tmp_path)
     try:
-        async with httpx.AsyncClient(base_url=url) as client:
+        # The parent prints its address once the workers are started, not yet serving: the
+        # first request waits in the listen backlog while they import (seconds on a busy box).
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             health = await client.get("/healthz")
             assert health.status_code == 200
             auth = {"Authorization": f"Bearer {BOOTSTRAP}"}

@@ -103,6 +103,9 @@ def test_defaults_without_file_or_environment() -> None:
         keep_alive_timeout_s=75.0,
         keep_alive_max_requests=1_000_000,
         max_request_body_bytes=1_048_576,
+        max_audio_body_bytes=25_000_000,
+        max_file_body_bytes=512_000_000,
+        max_vision_body_bytes=20_000_000,
         access_log=True,
     )
     assert config.webhooks.allowed_private_networks == ()
@@ -203,6 +206,7 @@ max_connections = 7
 max_keepalive_connections = 3
 connect_timeout_s = 1
 read_timeout_s = 2.5
+max_response_bytes = 1000
 
 [[models]]
 id = "llama"
@@ -225,6 +229,7 @@ training_usd_per_mtok = 0
     assert provider.connect_timeout_s == 1.0
     assert isinstance(provider.connect_timeout_s, float)
     assert provider.read_timeout_s == 2.5
+    assert provider.max_response_bytes == 1000
     (model,) = config.models
     assert model.upstream == "llama"
     assert model.input_usd_per_mtok == Decimal("1")
@@ -274,6 +279,9 @@ graceful_timeout_s = 5
 keep_alive_timeout_s = 10.5
 keep_alive_max_requests = 50
 max_request_body_bytes = 2048
+max_audio_body_bytes = 4096
+max_file_body_bytes = 8192
+max_vision_body_bytes = 1024
 access_log = false
 
 [webhooks]
@@ -298,6 +306,9 @@ payment_provider = "test"
         keep_alive_timeout_s=10.5,
         keep_alive_max_requests=50,
         max_request_body_bytes=2048,
+        max_audio_body_bytes=4096,
+        max_file_body_bytes=8192,
+        max_vision_body_bytes=1024,
         access_log=False,
     )
     assert config.webhooks == WebhooksConfig(
@@ -472,6 +483,9 @@ FILE_ERRORS = [
     ("[server]\nkeep_alive_timeout_s = inf\n", "server.keep_alive_timeout_s", "finite"),
     ("[server]\nkeep_alive_max_requests = 0\n", "server.keep_alive_max_requests", AT_LEAST_1),
     ("[server]\nmax_request_body_bytes = '1MB'\n", "server.max_request_body_bytes", AT_LEAST_1),
+    ("[server]\nmax_audio_body_bytes = 0\n", "server.max_audio_body_bytes", AT_LEAST_1),
+    ("[server]\nmax_file_body_bytes = -1\n", "server.max_file_body_bytes", AT_LEAST_1),
+    ("[server]\nmax_vision_body_bytes = 2.5\n", "server.max_vision_body_bytes", AT_LEAST_1),
     ("[server]\naccess_log = 'yes'\n", "server.access_log", 'must be true or false, got "yes"'),
     ("server = 1\n", "server", "must be a table ([server]), got 1"),
     # top level
@@ -504,6 +518,7 @@ FILE_ERRORS = [
     (P + "max_keepalive_connections = -2\n", "providers[0].max_keepalive_connections", "least 1"),
     (P + "connect_timeout_s = 0\n", "providers[0].connect_timeout_s", "greater than 0"),
     (P + "read_timeout_s = '10s'\n", "providers[0].read_timeout_s", 'than 0, got "10s"'),
+    (P + "max_response_bytes = 0\n", "providers[0].max_response_bytes", f"{AT_LEAST_1}, got 0"),
     # models
     (P + "[[models]]\nprovider = 'openai'\n", "models[0].id", "is required"),
     (P + "[[models]]\nid = ''\nprovider = 'openai'\n", "models[0].id", "must not be empty"),

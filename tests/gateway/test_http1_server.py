@@ -105,6 +105,13 @@ async def test_expect_100_continue(raw: Raw, gateway: Gateway) -> None:
         (b"NOT HTTP AT ALL\r\n\r\n", b"400"),
         (b"GET / HTTP/1.1\r\nbad header line\r\n\r\n", b"400"),
         (b"GET / HTTP/1.1\r\nx: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        # Once took the whole process down (HTTPProtocolError out of the handler) or spun the
+        # event loop forever (-1); and a substring test took xchunked for chunked.
+        (b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: x\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 0, 54\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: -1\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nhost: t\r\ntransfer-encoding: xchunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n", b"400"),
     ],
 )
 async def test_malformed_requests_get_an_error_and_close(
@@ -159,3 +166,17 @@ async def test_hypercorn_still_serves_the_same_app(database_url: str, tmp_path: 
         assert r.status_code == 200 and r.headers["x-request-id"].startswith("req_")
         async with httpx.AsyncClient(base_url=gw.url, http1=True) as client:
             assert (await client.get("/v1/nope")).status_code == 404
+
+
+@sqlite_only
+async def test_websocket_upgrade_without_a_websocket_route(raw: Raw) -> None:
+    await raw.stream.send_all(
+        _get(
+            "/v1/nope",
+            b"upgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\n"
+            b"sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        )
+    )
+    head, _ = await raw.response()
+    assert head.startswith(b"HTTP/1.1 403") or head.startswith(b"HTTP/1.1 404"), head
+    assert await raw.closed()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.master_key import MasterKeyError, load_master_key
+from gateway.config.master_key import MasterKeyError, load_master_key
 
 
 def test_configured_key_is_used_and_nothing_written(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from gateway.config import ModelConfig, ProviderConfig
-from gateway.model_registry import ModelRegistry, require_price
+from gateway.inference.model_registry import ModelRegistry, require_price
 from protocol.errors import APIError
 from protocol.price_catalogue import CATALOGUE_DATE, catalogue_price
 

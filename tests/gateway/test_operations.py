@@ -4,6 +4,7 @@ and the OpenAPI document."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import trio
@@ -11,6 +12,9 @@ import trio.lowlevel
 
 from actors.base import Actor
 from actors.supervisor import RestartPolicy
+from gateway.app import create_app
+from gateway.web import WebApp
+from gateway.web.middleware import RequestMiddleware
 from tests.gateway.keys_client import create_key
 from tests.harness import Gateway
 from tests.waiting import wait_until
@@ -139,3 +143,53 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/openapi.json",
     }
     assert app_rules == set(paths)
+
+
+def _schema_of(doc: dict[str, Any], media: dict[str, Any]) -> dict[str, Any]:
+    """A media type's schema, its `$ref` resolved."""
+    schema: dict[str, Any] = media["schema"]
+    ref = schema.get("$ref")
+    if ref is not None:
+        resolved: dict[str, Any] = doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+        return resolved
+    return schema
+
+
+async def test_openapi_documents_every_route_the_app_serves(gateway: Gateway) -> None:
+    """Built from the app's own router: a route added later is checked without editing here."""
+    doc = (await gateway.client.get("/openapi.json")).json()
+    app = create_app(gateway.runtime)
+    assert isinstance(app, RequestMiddleware) and isinstance(app.app, WebApp)
+    operations = app.app.router.operations
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
+    assert documented == {(op.path, op.method.lower()) for op in operations}
+    for op in operations:
+        entry = doc["paths"][op.path][op.method.lower()]
+        where = f"{op.method} {op.path}"
+        if op.method in ("POST", "PUT", "PATCH"):
+            assert op.request is not None, f"{where} takes a body but declares no type"
+            body = entry["requestBody"]["content"]
+            assert _schema_of(doc, next(iter(body.values()))), where
+        else:
+            assert "requestBody" not in entry, where
+        ok = entry["responses"][str(op.success_status)]
+        assert ok["content"], f"{where} has no response schema"
+        for media in ok["content"].values():
+            assert _schema_of(doc, media), where
+        for name in op.path_params:
+            assert {"name": name, "in": "path"}.items() <= next(
+                p for p in entry["parameters"] if p["name"] == name
+            ).items()
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    content = chat["responses"]["200"]["content"]
+    assert _schema_of(doc, content["application/json"])["properties"]["object"] == {
+        "enum": ["chat.completion"]
+    }
+    assert _schema_of(doc, content["text/event-stream"])["properties"]["object"] == {
+        "enum": ["chat.completion.chunk"]
+    }
+    request = _schema_of(doc, chat["requestBody"]["content"]["application/json"])
+    assert {"model", "messages"} <= set(request["required"])
+    assert {"stream", "stream_options", "max_tokens", "metadata"} <= set(request["properties"])
+    assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert doc["paths"]["/v1/admin/actors"]["get"]["description"] == "Needs a management key."

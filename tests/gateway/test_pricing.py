@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gateway.config_schema import ModelConfig
+from gateway.config.schema import ModelConfig
 from gateway.inference.billing import Pricing, pricing_for
 from protocol.billing import charge_micros, reserve_micros
 from protocol.pricing import token_cost_usd

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.provider_key_resolver import ProviderKeyResolver
+from gateway.provider_keys.resolver import ProviderKeyResolver
 from protocol.errors import APIError
 from protocol.provider_keys import sealing_context
 from protocol.secretbox import PROVIDER_KEYS, SecretBox

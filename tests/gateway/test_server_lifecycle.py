@@ -14,10 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from quart import Blueprint, Response
 
-from gateway.routing import Operation, Routes
-from gateway.server import Served, run_until_signalled
+from gateway.server.serve import Served, run_until_signalled
+from gateway.web import Auth, Operation, Request, Routes, StreamResponse
 from tests.harness import gateway_config
 
 CHUNKS = 8
@@ -25,17 +24,17 @@ INTERVAL = 0.1
 
 
 def _slow_stream_routes() -> Routes:
-    r = Routes(Blueprint("slow", __name__))
+    r = Routes()
 
-    @r.operation(Operation("GET", "/v1/test/slow-stream", "streams slowly", "Test", auth=None))
-    async def slow_stream() -> Response:
+    @r.operation(Operation("GET", "/v1/test/slow-stream", "streams slowly", "Test", auth=Auth.NONE))
+    async def slow_stream(request: Request) -> StreamResponse:
         async def body() -> AsyncIterator[bytes]:
             for i in range(CHUNKS):
                 yield f"data: {i}\n\n".encode()
                 await trio.sleep(INTERVAL)
             yield b"data: [DONE]\n\n"
 
-        return Response(body(), content_type="text/event-stream")
+        return StreamResponse(body(), content_type=b"text/event-stream")
 
     return r
 

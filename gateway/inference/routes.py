@@ -1,0 +1,80 @@
+"""The inference routes (the hot path): chat completions, embeddings, models. Declared once
+here, dispatched by the same request layer as every other route (gateway/web/), which
+authenticates and checks the scope before the handler runs."""
+
+from __future__ import annotations
+
+from gateway.inference.chat import ChatCompletions
+from gateway.inference.deps import InferenceDeps
+from gateway.inference.embeddings import Embeddings
+from gateway.inference.models import ModelList, ModelObject, Models
+from gateway.web import Operation, Routes
+from protocol.openai_schema import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    EmbeddingList,
+    EmbeddingsRequest,
+)
+from protocol.scopes import CHAT_COMPLETIONS, EMBEDDINGS, MODELS_READ
+
+_TAG = "Inference"
+_UPSTREAM_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
+
+
+def routes(deps: InferenceDeps) -> Routes:
+    r = Routes()
+    models = Models(deps)
+    r.add(
+        Operation(
+            "POST",
+            "/v1/chat/completions",
+            "Chat completion, JSON or SSE (`stream: true`)",
+            _TAG,
+            request=ChatCompletionRequest,
+            response=ChatCompletion,
+            stream=ChatCompletionChunk,
+            scope=CHAT_COMPLETIONS,
+            errors=_UPSTREAM_ERRORS,
+        ),
+        ChatCompletions(deps),
+    )
+    r.add(
+        Operation(
+            "POST",
+            "/v1/embeddings",
+            "Embeddings",
+            _TAG,
+            request=EmbeddingsRequest,
+            response=EmbeddingList,
+            scope=EMBEDDINGS,
+            errors=_UPSTREAM_ERRORS,
+        ),
+        Embeddings(deps),
+    )
+    r.add(
+        Operation(
+            "GET",
+            "/v1/models",
+            "Models this key may use",
+            _TAG,
+            response=ModelList,
+            scope=MODELS_READ,
+            errors=(401, 403),
+        ),
+        models.list,
+    )
+    r.add(
+        Operation(
+            "GET",
+            "/v1/models/{model_id}",
+            "One model, by alias or canonical id (`<provider>/<upstream model>`)",
+            _TAG,
+            response=ModelObject,
+            scope=MODELS_READ,
+            errors=(401, 403, 404),
+            slash_params=("model_id",),
+        ),
+        models.retrieve,
+    )
+    return r

@@ -1,0 +1,1 @@
+"""The Keys API: an organization's secret keys (routes.py)."""

@@ -1,0 +1,120 @@
+"""The ASGI app every API area is served by: route ▸ auth ▸ scopes ▸ handler ▸ response, with
+the one error mapping (gateway/web/errors.py) around all of it.
+
+Per HTTP request it does one router lookup, at most one authentication (cached) and creates one
+`Request`; nothing else is allocated or awaited before the handler runs. WebSocket connections
+are dispatched by path to their handler with the raw ASGI channels; an unknown path is closed
+with 4404 before it is accepted (the server answers that handshake with 403). The ASGI lifespan
+protocol is acknowledged (Hypercorn sends it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import get_args
+
+from gateway.auth import Authenticator
+from gateway.server.asgi import Receive, Scope, Send
+from gateway.web.context import RequestContext, context_of
+from gateway.web.errors import answer
+from gateway.web.request import Request
+from gateway.web.routing import Auth, BodyLimit, Route, Router, WebSocketRoute
+from protocol.credentials import CredentialKind
+from protocol.errors import forbidden
+
+WEBSOCKET_NOT_FOUND = 4404
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """Bytes, per `BodyLimit` kind (from `[server]`)."""
+
+    json: int = 1_048_576
+    audio: int = 25_000_000
+    file: int = 512_000_000
+    vision: int = 20_000_000
+
+    def of(self, kind: BodyLimit) -> int:
+        return int(getattr(self, kind))
+
+
+class WebApp:
+    def __init__(
+        self,
+        routes: Iterable[Route | WebSocketRoute],
+        auth: Authenticator | None,
+        limits: BodyLimits = BodyLimits(),
+    ) -> None:
+        self.router = Router(routes)
+        self._auth = auth
+        self._limits = {kind: limits.of(kind) for kind in get_args(BodyLimit)}
+        if auth is None and any(op.auth is not Auth.NONE for op in self.router.operations):
+            raise ValueError("routes that need a credential need an Authenticator")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method: str = scope["method"]
+        ctx = context_of(scope)
+        if ctx is None:  # served without the middleware (unit tests)
+            ctx = RequestContext("req_unknown", method, scope["path"], time.perf_counter())
+        request: Request | None = None
+        try:
+            route, params = self.router.match(method, scope["path"])
+            op = route.operation
+            ctx.route = op.path
+            request = Request(scope, receive, send, ctx, op, params, self._limits[op.body_limit])
+            if op.auth is not Auth.NONE:
+                assert self._auth is not None
+                principal = await self._auth.authenticate(request.header(b"authorization"))
+                ctx.org_id = principal.org_id
+                ctx.key_id = principal.key_id
+                request.principal = principal
+                if op.auth is Auth.MANAGEMENT and principal.kind is not CredentialKind.MANAGEMENT:
+                    raise forbidden("This route needs a management key.")
+                if op.scope is not None:
+                    principal.require_scope(op.scope)
+            response = await route.handler(request)
+            if response is not None:
+                request.started = True
+                await response.send(send, request.headers)
+        except Exception as exc:
+            if request is None:
+                await answer(send, exc, method=method, route="unmatched", started=False, headers=[])
+            else:
+                await answer(
+                    send,
+                    exc,
+                    method=method,
+                    route=request.operation.path,
+                    started=request.started,
+                    headers=request.headers,
+                )
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        handler = self.router.websocket(scope["path"])
+        if handler is not None:
+            await handler(scope, receive, send)
+            return
+        message = await receive()  # websocket.connect
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.close", "code": WEBSOCKET_NOT_FOUND})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

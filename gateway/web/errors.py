@@ -1,0 +1,75 @@
+"""The one error mapping of every route, inference included, and the layer's own exceptions.
+
+    APIError              its status, body and headers
+    StorageUnavailable    503 service_unavailable (server_error), Retry-After: 1; logged
+    ClientDisconnected    nothing (there is no one to answer)
+    any other Exception   500 internal_error; the traceback is logged, never sent
+
+Once a response has started nothing more is sent: the stream just ends. An `ExceptionGroup`
+of one exception (a handler's nursery) is mapped as that exception. Cancellation is never
+caught here (it is not an `Exception`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.server.asgi import Send
+from gateway.web.responses import Headers, encode_headers, send_json
+from protocol.errors import APIError, server_error
+from storage.errors import StorageUnavailable
+
+log = logging.getLogger("gateway.errors")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its request body was read."""
+
+
+def request_too_large() -> APIError:
+    return APIError(
+        413,
+        "The request body is too large.",
+        type="invalid_request_error",
+        code="request_too_large",
+        headers={"Connection": "close"},  # the rest of the body is never read
+    )
+
+
+def service_unavailable() -> APIError:
+    return APIError(
+        503,
+        "The service is temporarily unavailable; retry shortly.",
+        type="server_error",
+        code="service_unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
+def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
+    """The answer for `exc` (None: answer nothing), logging what must be logged."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ClientDisconnected):
+        return None
+    if isinstance(exc, StorageUnavailable):
+        log.error("storage unavailable on %s %s: %s", method, route, exc)
+        return service_unavailable()
+    log.error("unhandled error on %s %s", method, route, exc_info=exc)
+    return server_error()
+
+
+async def send_error(send: Send, error: APIError, headers: Headers | None = None) -> None:
+    extra = [*(headers or ()), *encode_headers(error.headers.items())]
+    await send_json(send, error.status, error.body(), extra)
+
+
+async def answer(
+    send: Send, exc: Exception, *, method: str, route: str, started: bool, headers: Headers
+) -> None:
+    """Answer `exc` on `send`, unless the response has started (then only log it)."""
+    error = to_api_error(exc, method, route)
+    if error is not None and not started:
+        await send_error(send, error, headers)

@@ -1,0 +1,87 @@
+"""The outermost ASGI layer: request id, access log line and metrics for every HTTP request.
+
+It sees every request, including unknown routes, errors and client disconnects, because it
+wraps the whole app. A request whose response never completed (the client went away first)
+is logged with status 499. Nothing here reads headers or bodies: no secret can reach the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+from gateway.operations.metrics import Metrics
+from gateway.server.asgi import ASGIApp, Message, Receive, Scope, Send
+from gateway.web.context import SCOPE_KEY, RequestContext
+from protocol.ids import new_id
+
+access_log = logging.getLogger("gateway.access")
+CLIENT_CLOSED = 499
+REQUEST_ID_HEADER = b"x-request-id"
+_CREDENTIAL = re.compile(r"(service_(?:mgmt|sk)_[A-Za-z]*_?)[A-Za-z0-9]+")
+
+
+def redact(text: str) -> str:
+    """Mask anything shaped like one of our credentials (say, pasted into a URL by mistake)."""
+    return _CREDENTIAL.sub(r"\1***", text) if "service_" in text else text
+
+
+class RequestMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, *, log_requests: bool = True) -> None:
+        self.app = app
+        self._metrics = metrics
+        self._log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ctx = RequestContext(
+            request_id=new_id("req"),
+            method=scope["method"],
+            path=scope["path"],
+            started=time.perf_counter(),
+        )
+        scope[SCOPE_KEY] = ctx
+        request_id = ctx.request_id.encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                ctx.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ctx.response_complete = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self._finish(ctx)
+
+    def _finish(self, ctx: RequestContext) -> None:
+        seconds = time.perf_counter() - ctx.started
+        status = ctx.status if ctx.response_complete and ctx.status else CLIENT_CLOSED
+        route = ctx.route or "unmatched"
+        self._metrics.observe_request(ctx.method, route, status, seconds)
+        if self._log_requests and access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                json.dumps(
+                    {
+                        "request_id": ctx.request_id,
+                        "method": ctx.method,
+                        "route": route,
+                        "path": redact(ctx.path),
+                        "status": status,
+                        "latency_ms": round(seconds * 1000, 3),
+                        "org_id": ctx.org_id,
+                        "key_id": ctx.key_id,
+                        "model": ctx.model,
+                        "prompt_tokens": ctx.prompt_tokens,
+                        "completion_tokens": ctx.completion_tokens,
+                        "cost_usd": ctx.cost_usd,
+                    },
+                    separators=(",", ":"),
+                )
+            )

@@ -1,0 +1,101 @@
+"""A loopback TCP forwarder that a test can cut, to make a real outage of a server (the
+database) without stopping it: `cut()` closes the listening socket (new connections are
+refused) and resets every open connection; `restore()` listens on the same port again."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+
+class Forwarder:
+    def __init__(self, nursery: trio.Nursery, target: tuple[str, int]) -> None:
+        self._nursery = nursery
+        self._target = target
+        self._streams: set[trio.SocketStream] = set()
+        self._listener: trio.SocketListener | None = None
+        self._serving: trio.CancelScope | None = None
+        self.port = 0
+        self.connections = 0
+
+    async def listen(self) -> None:
+        sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+        await sock.bind(("127.0.0.1", self.port))
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        self._listener = trio.SocketListener(sock)
+        self._serving = await self._nursery.start(self._accept, self._listener)
+
+    async def _accept(
+        self, listener: trio.SocketListener, task_status: trio.TaskStatus[trio.CancelScope]
+    ) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            while True:
+                try:
+                    client = await listener.accept()
+                except trio.ClosedResourceError:  # cut
+                    return
+                self._nursery.start_soon(self._pipe_pair, client)
+
+    async def _pipe_pair(self, client: trio.SocketStream) -> None:
+        self.connections += 1
+        try:
+            server = await trio.open_tcp_stream(*self._target)
+        except OSError:
+            await client.aclose()
+            return
+        self._streams |= {client, server}
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_pipe, client, server, nursery.cancel_scope)
+                nursery.start_soon(_pipe, server, client, nursery.cancel_scope)
+        finally:
+            self._streams -= {client, server}
+            for stream in (client, server):
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+
+    async def cut(self) -> None:
+        """Refuse new connections; reset the open ones (RST, as a crashed host would)."""
+        assert self._listener is not None and self._serving is not None
+        self._serving.cancel()
+        await self._listener.aclose()
+        self._listener = None
+        for stream in list(self._streams):
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+
+    async def restore(self) -> None:
+        await self.listen()
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            await self._listener.aclose()
+            self._listener = None
+
+
+async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
+    try:
+        while data := await source.receive_some(65536):
+            await sink.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    done.cancel()
+
+
+@asynccontextmanager
+async def forwarding(host: str, port: int) -> AsyncIterator[Forwarder]:
+    async with trio.open_nursery() as nursery:
+        forwarder = Forwarder(nursery, (host, port))
+        await forwarder.listen()
+        try:
+            yield forwarder
+        finally:
+            await forwarder.aclose()
+            nursery.cancel_scope.cancel()
