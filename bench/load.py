@@ -148,15 +148,20 @@ class _Run:
         self.issued = 0
         self.last_finish = 0.0
 
-    def claim(self) -> bool:
-        """Whether a worker may send one more request."""
+    def claim(self) -> float | None:
+        """The start time of one more request, or None when the run says stop.
+
+        The caller records the request under this same instant, so a request judged to be in the
+        warmup is never recorded (and one that is recorded always counted towards `requests`).
+        """
+        now = perf_counter()
         limit = self.scenario.requests
-        if limit is None or perf_counter() < self.measure_from:
-            return True
+        if limit is None or now < self.measure_from:
+            return now
         if self.issued >= limit:
-            return False
+            return None
         self.issued += 1
-        return True
+        return now
 
     def record(self, started: float, response: Response | None, error: str | None) -> None:
         if started < self.measure_from:
@@ -229,8 +234,8 @@ class _Worker:
 
     async def _requests(self) -> None:
         run = self.run
-        while run.claim():
-            started = self.in_flight_since = perf_counter()
+        while (started := run.claim()) is not None:
+            self.in_flight_since = started
             response: Response | None = None
             error: str | None = None
             try:
