@@ -1,7 +1,8 @@
 """Numbered schema migrations, applied in order, each once; safe to run concurrently.
 
 Files are `migrations/NNNN_name.sql` in the SQL both backends share, with `{{serial_pk}}`
-standing for an auto-incrementing primary key. A run commits as one transaction; concurrent
+standing for an auto-incrementing primary key and `{{txid_default}}` for the writing
+transaction's id (PostgreSQL; 0 on SQLite). A run commits as one transaction; concurrent
 runs are serialized by `BEGIN IMMEDIATE` on SQLite and an advisory lock on PostgreSQL.
 """
 
@@ -16,8 +17,12 @@ from storage.database import Database, Executor
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _DIALECT_MACROS = {
-    "sqlite": {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT"},
-    "postgresql": {"serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
+    "sqlite": {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "txid_default": "0"},
+    "postgresql": {
+        "serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        # The writing transaction's id (xid8 fits a BIGINT): storage/webhooks.py, "Order".
+        "txid_default": "(pg_current_xact_id()::text::bigint)",
+    },
 }
 _LOCK_ID = 0x6D67_7731  # arbitrary, constant: "mgw1"
 

@@ -16,6 +16,7 @@ from storage.orgs import OrgRepository
 from storage.postgres import open_postgres
 from storage.provider_keys import ProviderKeyRepository
 from storage.sqlite import open_sqlite
+from storage.webhooks import WebhookRepository
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Storage:
     idempotency: IdempotencyRepository
     ledger: LedgerRepository
     provider_keys: ProviderKeyRepository
+    webhooks: WebhookRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -38,6 +40,7 @@ class Storage:
             idempotency=IdempotencyRepository(db),
             ledger=LedgerRepository(db),
             provider_keys=ProviderKeyRepository(db),
+            webhooks=WebhookRepository(db),
         )
 
 

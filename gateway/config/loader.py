@@ -281,6 +281,22 @@ def _parse_webhooks(table: _Table) -> WebhooksConfig:
     webhooks = WebhooksConfig(
         allowed_private_networks=d.allowed_private_networks if networks is None else (*networks,),
         allow_http=table.get("allow_http", schema.parse_bool, d.allow_http),
+        completion_success_sample_rate=table.get(
+            "completion_success_sample_rate",
+            schema.parse_fraction,
+            d.completion_success_sample_rate,
+        ),
+        secret_rotation_overlap_s=table.get(
+            "secret_rotation_overlap_s", schema.parse_positive_number, d.secret_rotation_overlap_s
+        ),
+        retention_days=table.get("retention_days", schema.parse_positive_number, d.retention_days),
+        poll_interval_s=table.get(
+            "poll_interval_s", schema.parse_positive_number, d.poll_interval_s
+        ),
+        lease_ttl_s=table.get("lease_ttl_s", schema.parse_positive_number, d.lease_ttl_s),
+        attempt_timeout_s=table.get(
+            "attempt_timeout_s", schema.parse_positive_number, d.attempt_timeout_s
+        ),
     )
     table.finish()
     return webhooks

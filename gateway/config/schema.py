@@ -155,8 +155,17 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class WebhooksConfig:
+    """`[webhooks]`: delivery of the events outbox to subscriptions (docs/webhooks.md)."""
+
+    # Loopback and private addresses deliveries may reach (all refused by default: SSRF).
     allowed_private_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    allow_http: bool = False
+    allow_http: bool = False  # subscriptions to http:// URLs (tests, a receiver on the host)
+    completion_success_sample_rate: float = 0.1  # share of successes written as events, 0..1
+    secret_rotation_overlap_s: float = 86_400.0  # the old secret still signs for this long
+    retention_days: float = 30.0  # delivered events and attempts older than this are removed
+    poll_interval_s: float = 0.5  # how often each instance looks for new events and leases
+    lease_ttl_s: float = 15.0  # a subscription's owner must renew within this, else another takes
+    attempt_timeout_s: float = 10.0  # SPEC: one delivery attempt, connect to response head
 
 
 @dataclass(frozen=True)
@@ -254,6 +263,13 @@ def parse_positive_number(value: object) -> float:
         if math.isfinite(value) and value > 0:
             return float(value)
     raise InvalidValue(f"must be a finite number greater than 0, got {describe(value)}")
+
+
+def parse_fraction(value: object) -> float:
+    """A number from 0 to 1 inclusive (a share, a sampling rate)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    raise InvalidValue(f"must be a number from 0 to 1, got {describe(value)}")
 
 
 def parse_bool(value: object) -> bool:
