@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.config import ServerConfig
+from gateway.config.master_key import load_master_key
 from gateway.credits import routes as credits
 from gateway.inference import routes as inference
 from gateway.inference.deps import InferenceDeps
@@ -16,6 +17,7 @@ from gateway.runtime import Runtime
 from gateway.server.asgi import ASGIApp
 from gateway.web import BodyLimits, Operation, Routes, WebApp
 from gateway.web.middleware import RequestMiddleware
+from gateway.webhooks import routes as webhooks
 
 
 def body_limits(server: ServerConfig) -> BodyLimits:
@@ -25,6 +27,10 @@ def body_limits(server: ServerConfig) -> BodyLimits:
         file=server.max_file_body_bytes,
         vision=server.max_vision_body_bytes,
     )
+
+
+def _no_wake(webhook_id: str) -> None:
+    """Until the webhook dispatcher runs: deliveries are found by its poll."""
 
 
 def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
@@ -51,6 +57,12 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
+        webhooks.routes(
+            runtime.storage,
+            load_master_key(runtime.config.master_key, runtime.config.data_dir),
+            runtime.config.webhooks,
+            _no_wake,  # TODO(wire): dispatcher.wake
+        ),
         operations.routes(runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations),
         *extra,
     ]

@@ -1,4 +1,4 @@
-"""Small secrets encrypted at rest with AES-256-GCM (provider keys now; webhook secrets later).
+"""Small secrets encrypted at rest with AES-256-GCM (provider keys, webhook secrets).
 
 No I/O. A box holds one 256-bit key derived from the master key for one purpose (HKDF-Expand
 with SHA-256 and a label naming the purpose), so a key compromise in one use reveals nothing of
@@ -34,6 +34,7 @@ _TAG_BYTES = 16
 _LABEL = "model-gateway/secretbox/{purpose}/v1"
 
 PROVIDER_KEYS = "provider-keys"
+WEBHOOK_SECRETS = "webhook-secrets"  # context: (org id, webhook id)
 
 
 class SecretBoxError(Exception):
