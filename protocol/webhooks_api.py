@@ -97,6 +97,10 @@ class WebhookRotateSecret(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
             check_secret(self.secret)
 
 
+class WebhookRedeliverEvent(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """No fields: the body may be omitted or `{}`."""
+
+
 class WebhookTest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     type: EventType
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.auth.principal import Principal
 from gateway.config.schema import WebhooksConfig
@@ -36,6 +36,7 @@ from protocol.webhooks_api import (
     WebhookDeliveryList,
     WebhookEvent,
     WebhookList,
+    WebhookRedeliverEvent,
     WebhookRedeliverSince,
     WebhookRedelivery,
     WebhookRotateSecret,
@@ -48,6 +49,7 @@ from storage.webhooks import NewWebhook
 from storage.webhooks import Webhook as WebhookRecord
 
 Wake = Callable[[str], None]
+T = TypeVar("T")
 
 _TAG = "Webhooks"
 _AUTH_ERRORS = (401, 403)
@@ -88,6 +90,12 @@ def _page(request: Request) -> tuple[int, str | None]:
     limit = request.query_int("limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
     after = request.query.get("after") or None
     return limit, after
+
+
+async def optional_body(request: Request, type: type[T], empty: T) -> T:
+    """The body decoded into `type`, or `empty` when there is none (a body is optional)."""
+    raw = await request.body()
+    return decode_json(raw, type) if raw.strip() else empty
 
 
 def since_us(value: str | int | float) -> int:
@@ -296,8 +304,7 @@ def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wa
     )
     async def rotate_secret(request: Request) -> Response:
         principal, webhook_id = _caller(request)
-        raw = await request.body()
-        body = decode_json(raw, WebhookRotateSecret) if raw.strip() else WebhookRotateSecret()
+        body = await optional_body(request, WebhookRotateSecret, WebhookRotateSecret())
         org_id = principal.org_id
         current = await owned(org_id, webhook_id)
         secret = generate_secret() if body.secret is None else body.secret
@@ -349,14 +356,16 @@ def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wa
             "/v1/webhooks/{webhook_id}/deliveries/{event_id}/redeliver",
             "Queue an event again for this webhook (same id and body: receivers deduplicate)",
             _TAG,
+            request=WebhookRedeliverEvent,
             response=WebhookDelivery,
             success_status=202,
             scope=WEBHOOKS_MANAGE,
-            errors=(*_AUTH_ERRORS, 404, 409),
+            errors=(400, *_AUTH_ERRORS, 404, 409, 413),
         )
     )
     async def redeliver(request: Request) -> Response:
         principal, webhook_id = _caller(request)
+        await optional_body(request, WebhookRedeliverEvent, WebhookRedeliverEvent())
         event_id = request.path_params["event_id"]
         record = await owned(principal.org_id, webhook_id)
         if not record.enabled:
