@@ -5,7 +5,7 @@ Each sample has the fields the real producer writes for that type, with made-up 
 receiver can be built against a test event and then see the same shape from real ones:
 `key.*` as storage/keys.py `event_data`, `provider_key.invalid` as storage/provider_keys.py
 (with the provider's `upstream_status`), `budget.*` as storage/ledger.py `budget_event_data`
-(SPEC Delivery 2), `completion.*` as the inference routes write them. Types with no producer
+(SPEC Delivery 2), `completion.*` as gateway/inference/completion_events.py. Types with no producer
 yet (endpoints, fine-tuning, guardrails, cache) have the shape decided here for them.
 """
 
@@ -45,13 +45,15 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "completion.success": {
         **_COMPLETION,
         "status": 200,
-        "latency_ms": 842,
+        "latency_ms": 842.125,
+        "stream": False,
         "usage": {"prompt_tokens": 21, "completion_tokens": 64, "total_tokens": 85},
         "cost_usd": 0.000042,
     },
     "completion.error": {
         **_COMPLETION,
         "status": 502,
+        "latency_ms": 1203.5,
         "error": {
             "type": "upstream_error",
             "code": "upstream_unavailable",
