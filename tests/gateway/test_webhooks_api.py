@@ -245,7 +245,7 @@ async def test_allowed_networks_and_http_are_the_operators_choice(
     toml = '[webhooks]\nallowed_private_networks = ["127.0.0.0/8"]\nallow_http = true\n'
     async with running_gateway(gateway_config(database_url, tmp_path, toml=toml)) as gw:
         assert (await _created(gw, url="https://127.0.0.1:8443/in"))["url"].startswith("https")
-        assert (await _created(gw, url="http://localhost:8080/in"))["url"].startswith("http:")
+        assert (await _created(gw, url="http://127.0.0.1:8080/in"))["url"].startswith("http:")
         # Only the networks listed: ::1 and 10/8 are still refused.
         for url in ("https://[::1]/in", "http://10.0.0.1/in"):
             assert _bad(await _create(gw, url=url), "url")["code"] == "webhook_url_not_allowed"
