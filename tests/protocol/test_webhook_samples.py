@@ -1,0 +1,86 @@
+"""Test events carry the fields real events of their type carry: each sample is compared with
+what its producer writes, so a producer that changes its data shows up here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol.billing import KeyBudget, month_of
+from protocol.timefmt import now_us
+from protocol.webhook_samples import SAMPLES, sample_data
+from protocol.webhooks import EVENT_TYPES
+from storage.keys import KeyRecord
+from storage.keys import event_data as key_event_data
+from storage.ledger import budget_event_data
+from storage.provider_keys import ProviderKeyRecord
+from storage.provider_keys import event_data as provider_key_event_data
+
+
+def _shape(value: Any) -> Any:
+    """Field names and JSON types, recursively (values differ, types must not)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
+
+
+def test_one_sample_per_type_marked_as_a_test_and_fresh_each_time() -> None:
+    assert set(SAMPLES) == set(EVENT_TYPES)
+    for event_type in EVENT_TYPES:
+        data = sample_data(event_type)
+        assert data["test"] is True and "test" not in SAMPLES[event_type]
+        assert msgspec.json.decode(msgspec.json.encode(data)) == data
+    first = sample_data("completion.success")
+    first["usage"]["total_tokens"] = -1
+    assert sample_data("completion.success")["usage"]["total_tokens"] == 85
+
+
+def test_key_samples_have_the_key_events_fields() -> None:
+    now = now_us()
+    record = KeyRecord(
+        id="key_x",
+        org_id="org_x",
+        name="n",
+        key_prefix="service_sk_live_AbCd",
+        scopes=None,
+        rate_limit_rpm=None,
+        daily_budget_micros=None,
+        monthly_budget_micros=None,
+        allowed_models=None,
+        expires_at=None,
+        is_active=True,
+        created_at=now,
+        updated_at=now,
+        last_used_at=None,
+        deleted_at=None,
+    )
+    real = _shape(key_event_data(record))
+    for event_type in ("key.created", "key.updated", "key.deleted"):
+        assert _shape(SAMPLES[event_type]) == real, event_type
+
+
+def test_provider_key_and_budget_samples_have_their_producers_fields() -> None:
+    record = ProviderKeyRecord(
+        id="pk_x",
+        org_id="org_x",
+        provider="sim",
+        key_hint="AbCd",
+        created_at=0,
+        updated_at=0,
+        last_rejected_at=None,
+    )
+    real = {**provider_key_event_data(record), "upstream_status": 401}
+    assert _shape(SAMPLES["provider_key.invalid"]) == _shape(real)
+
+    budget = KeyBudget(key_id="key_x", key_name="n", daily_micros=None, monthly_micros=10**8)
+    period = month_of(now_us())
+    threshold = budget_event_data(budget, period, 10**8, 8 * 10**7, 80)
+    exhausted = budget_event_data(budget, period, 10**8, 10**8, None)
+    assert _shape(SAMPLES["budget.threshold"]) == _shape(threshold)
+    assert _shape(SAMPLES["budget.exhausted"]) == _shape(exhausted)
+    assert SAMPLES["budget.exhausted"]["threshold_percent"] == 100
