@@ -7,6 +7,7 @@ loopback/private address unless its network is allowed)."""
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,10 @@ async def _other_org_key(gw: Gateway) -> str:
 # -- create, retrieve, list: the secret once --------------------------------------------------
 
 
-async def test_create_returns_the_secret_once_and_stores_it_sealed(gw: Gateway) -> None:
+async def test_create_returns_the_secret_once_and_stores_it_sealed(
+    gw: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     r = await _create(gw, events=["key.created", "budget.threshold"], description="ops")
     assert r.status_code == 200, r.text
     created = r.json()
@@ -139,6 +143,14 @@ async def test_create_returns_the_secret_once_and_stores_it_sealed(gw: Gateway) 
         )
         assert random_part.encode() not in raw
         assert base64.b64encode(secret.encode())[:20] not in raw
+    # Nor in the server's log (the test's own HTTP client logs are not ours).
+    rotated = await gw.client.post(f"{PATH}/{created['id']}/rotate_secret", headers=gw.auth())
+    server_lines = "\n".join(
+        rec.getMessage() for rec in caplog.records if not rec.name.startswith(("httpx", "httpcore"))
+    )
+    assert "gateway.access" in {rec.name for rec in caplog.records}
+    for shown in (secret, rotated.json()["secret"]):
+        assert shown.removeprefix("whsec_") not in server_lines
 
 
 async def test_a_custom_secret_is_used_as_given(gw: Gateway) -> None:
