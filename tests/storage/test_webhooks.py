@@ -1,18 +1,17 @@
-"""The webhook repository on every backend: subscriptions scoped to their org, the cursor set
-at creation, leases, the queue filled in outbox order through the filter, attempts and their
-outcomes (a drop disables), enabling, disabling and changing `events`, redelivery, the paged
-log, the metrics and the janitor."""
+"""The webhook repository on every backend, the core: subscriptions scoped to their org, the
+cursor set at creation, leases, the queue filled in outbox order through the filter, attempts
+and their outcomes (a drop disables), the waker's outbox reads. The API side (update,
+redelivery, the log) is in test_webhooks_api.py, the metrics and janitor in
+test_webhooks_janitor.py."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 
-from protocol.ids import new_id
-from storage import events
 from storage.open import Storage
-from storage.orgs import Org
 from storage.webhooks import (
     CANCELLED,
     DELIVERED,
@@ -21,68 +20,19 @@ from storage.webhooks import (
     DROPPED,
     FAILED,
     PENDING,
-    Attempt,
-    NewWebhook,
-    Webhook,
 )
-
-T0 = 1_700_000_000_000_000
-TTL = 15_000_000
-
-
-async def _org(storage: Storage, name: str = "acme") -> Org:
-    return await storage.orgs.create(name)
-
-
-async def _hook(
-    storage: Storage,
-    org: Org,
-    types: tuple[str, ...] = ("*",),
-    *,
-    enabled: bool = True,
-    now: int = T0,
-) -> Webhook:
-    new = NewWebhook(
-        id=new_id("whk"),
-        org_id=org.id,
-        url="https://example.com/hook",
-        events=types,
-        description="the receiver",
-        enabled=enabled,
-        secret_sealed="v1:sealed",
-        secret_hint="whsec_…abcd",
-    )
-    return await storage.webhooks.create(new, now)
-
-
-async def _emit(storage: Storage, org: Org, type: str, **data: object) -> str:
-    async with storage.db.transaction() as tx:
-        return await events.append(tx, org.id, type, dict(data))
-
-
-async def _fill(storage: Storage, hook: Webhook, owner: str = "a", now: int = T0) -> int:
-    assert await storage.webhooks.claim(hook.id, owner, now, TTL)
-    return await storage.webhooks.fill_queue(hook.id, owner, now, limit=100)
-
-
-async def _queue(storage: Storage, hook: Webhook) -> list[tuple[str, str]]:
-    """(event type, status) of the log, oldest position first."""
-    page = await storage.webhooks.deliveries(hook.org_id, hook.id, limit=1000, after=None)
-    return [(d.event_type, d.status) for d, _ in reversed(page.items)]
-
-
-def _attempt(event_id: str, outcome: str = "delivered", code: int | None = 200) -> Attempt:
-    return Attempt(event_id, T0, 12, code, None if code else "connect refused", outcome)
+from tests.storage import webhooks_support as ws
+from tests.storage.webhooks_support import T0, TTL
 
 
 async def test_create_get_list_and_by_id(storage: Storage) -> None:
-    acme, other = await _org(storage), await _org(storage, "other")
-    first = await _hook(storage, acme, ("key.created", "key.deleted"))
+    acme, other = await ws.org(storage), await ws.org(storage, "other")
+    first = await ws.hook(storage, acme, ("key.created", "key.deleted"))
     assert first.events == ("key.created", "key.deleted") and first.enabled
     assert first.created_at == first.updated_at == T0 and first.disabled_reason is None
     assert first.previous_secret_sealed is None and first.secret_sealed == "v1:sealed"
-    second = await _hook(storage, acme, now=T0 + 1)
-    theirs = await _hook(storage, other)
+    second = await ws.hook(storage, acme, now=T0 + 1)
+    theirs = await ws.hook(storage, other)
     assert await storage.webhooks.get(acme.id, first.id) == first
     assert await storage.webhooks.get(acme.id, theirs.id) is None
     assert await storage.webhooks.by_id(theirs.id) == theirs
@@ -96,7 +46,7 @@ async def test_create_get_list_and_by_id(storage: Storage) -> None:
     page = await storage.webhooks.list_for_org(acme.id, limit=5, after=theirs.id)
     assert page.items == [first, second] and not page.has_more
 
-    disabled = await _hook(storage, other, enabled=False)
+    disabled = await ws.hook(storage, other, enabled=False)
     assert not disabled.enabled and disabled.disabled_reason == DISABLED_MANUAL
     assert sorted(await storage.webhooks.enabled()) == sorted(
         [(first.id, acme.id), (second.id, acme.id), (theirs.id, other.id)]
@@ -104,58 +54,55 @@ async def test_create_get_list_and_by_id(storage: Storage) -> None:
 
 
 async def test_only_events_written_after_creation_are_delivered(storage: Storage) -> None:
-    org = await _org(storage)
-    await _emit(storage, org, "key.created", n=1)
-    hook = await _hook(storage, org)
-    assert await _fill(storage, hook) == 0
+    org = await ws.org(storage)
+    await ws.emit(storage, org, "key.created", n=1)
+    hook = await ws.hook(storage, org)
+    assert await ws.fill(storage, hook) == 0
     assert await storage.webhooks.head(hook.id) is None
-    event_id = await _emit(storage, org, "key.deleted", n=2)
-    assert await _fill(storage, hook) == 1
+    event_id = await ws.emit(storage, org, "key.deleted", n=2)
+    assert await ws.fill(storage, hook) == 1
     head = await storage.webhooks.head(hook.id)
     assert head is not None and head.event_id == event_id and head.event_type == "key.deleted"
     assert head.status == PENDING and head.attempts == 0 and head.next_attempt_at == T0
     assert head.data_json == '{"n":2}' and head.position == 1
     # The cursor moved past it: a second fill queues nothing more.
-    assert await _fill(storage, hook) == 0
+    assert await ws.fill(storage, hook) == 0
 
 
 async def test_filter_targeted_test_events_and_other_orgs(storage: Storage) -> None:
-    acme, other = await _org(storage), await _org(storage, "other")
-    keys = await _hook(storage, acme, ("key.created",))
-    everything = await _hook(storage, acme, ("*",))
-    await _emit(storage, acme, "key.created")
-    await _emit(storage, acme, "budget.exhausted")
-    await _emit(storage, other, "key.created")  # another org's: nobody here gets it
+    acme, other = await ws.org(storage), await ws.org(storage, "other")
+    keys = await ws.hook(storage, acme, ("key.created",))
+    everything = await ws.hook(storage, acme, ("*",))
+    await ws.emit(storage, acme, "key.created")
+    await ws.emit(storage, acme, "budget.exhausted")
+    await ws.emit(storage, other, "key.created")  # another org's: nobody here gets it
     test_id, created_at = await storage.webhooks.append_test_event(
         acme.id, keys.id, "cache.purged", {"test": True}
     )
     assert test_id.startswith("evt_") and created_at > 0
     await storage.webhooks.append_test_event(acme.id, everything.id, "key.deleted", {})
-    assert await _fill(storage, keys) == 2
-    assert await _fill(storage, everything) == 3
+    assert await ws.fill(storage, keys) == 2
+    assert await ws.fill(storage, everything) == 3
     # The targeted event ignores the filter; the other subscription's test event is not ours.
-    assert await _queue(storage, keys) == [("key.created", PENDING), ("cache.purged", PENDING)]
-    assert await _queue(storage, everything) == [
+    assert await ws.queue(storage, keys) == [("key.created", PENDING), ("cache.purged", PENDING)]
+    assert await ws.queue(storage, everything) == [
         ("key.created", PENDING),
         ("budget.exhausted", PENDING),
         ("key.deleted", PENDING),
     ]
-    try:
+    with pytest.raises(LookupError):
         await storage.webhooks.append_test_event(other.id, keys.id, "key.created", {})
-    except LookupError:
-        pass
-    else:
-        raise AssertionError("another org's subscription took a test event")
 
 
 async def test_fill_queue_reads_in_batches_and_moves_the_cursor_past_non_matching(
     storage: Storage,
 ) -> None:
-    org = await _org(storage)
-    hook = await _hook(storage, org, ("key.created",))
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org, ("key.created",))
     for i in range(5):
-        await _emit(storage, org, "budget.exhausted" if i % 2 else "key.created", i=i)
+        await ws.emit(storage, org, "budget.exhausted" if i % 2 else "key.created", i=i)
     assert await storage.webhooks.claim(hook.id, "a", T0, TTL)
+    await ws.readable(storage)
     counts = [await storage.webhooks.fill_queue(hook.id, "a", T0, limit=2) for _ in range(4)]
     assert counts == [1, 1, 1, 0]  # read 2, 2, 1, 0 events; i = 0, 2, 4 match
     queued = await storage.webhooks.deliveries(org.id, hook.id, limit=10, after=None)
@@ -164,12 +111,12 @@ async def test_fill_queue_reads_in_batches_and_moves_the_cursor_past_non_matchin
 
 
 async def test_leases(storage: Storage) -> None:
-    org = await _org(storage)
-    hook = await _hook(storage, org)
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
     wh = storage.webhooks
     assert await wh.claim(hook.id, "a", T0, TTL)
     assert not await wh.claim(hook.id, "b", T0 + TTL - 1, TTL)  # held by a
-    assert await wh.claim(hook.id, "a", T0 + TTL - 1, TTL)  # renewed: now until 2 TTL - 1
+    assert await wh.claim(hook.id, "a", T0 + TTL - 1, TTL)  # renewed
     assert not await wh.claim(hook.id, "b", T0 + TTL, TTL)
     assert await wh.fill_queue(hook.id, "b", T0 + TTL, limit=10) == -1
     assert await wh.fill_queue(hook.id, "a", T0 + TTL, limit=10) == 0
@@ -189,8 +136,8 @@ async def test_leases(storage: Storage) -> None:
 
 
 async def test_concurrent_claims_leave_one_owner(storage: Storage) -> None:
-    org = await _org(storage)
-    hook = await _hook(storage, org)
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
     won: list[str] = []
 
     async def claim(owner: str) -> None:
@@ -204,13 +151,13 @@ async def test_concurrent_claims_leave_one_owner(storage: Storage) -> None:
 
 
 async def test_record_attempt_retry_then_delivered(storage: Storage) -> None:
-    org = await _org(storage)
-    hook = await _hook(storage, org)
-    first = await _emit(storage, org, "key.created")
-    second = await _emit(storage, org, "key.deleted")
-    assert await _fill(storage, hook) == 2
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
+    first = await ws.emit(storage, org, "key.created")
+    second = await ws.emit(storage, org, "key.deleted")
+    assert await ws.fill(storage, hook) == 2
     wh = storage.webhooks
-    retry = _attempt(first, "retry", 503)
+    retry = ws.attempt(first, "retry", 503)
     assert await wh.record_attempt(
         hook.id, "a", retry, status=PENDING, next_attempt_at=T0 + 10_000_000, now=T0 + 1
     )
@@ -220,17 +167,17 @@ async def test_record_attempt_retry_then_delivered(storage: Storage) -> None:
     assert head.last_status_code == 503 and head.updated_at == T0 + 1
     # Not the owner: nothing written.
     assert not await wh.record_attempt(
-        hook.id, "b", _attempt(first), status=DELIVERED, next_attempt_at=None, now=T0 + 2
+        hook.id, "b", ws.attempt(first), status=DELIVERED, next_attempt_at=None, now=T0 + 2
     )
     assert await wh.record_attempt(
-        hook.id, "a", _attempt(first), status=DELIVERED, next_attempt_at=None, now=T0 + 2
+        hook.id, "a", ws.attempt(first), status=DELIVERED, next_attempt_at=None, now=T0 + 2
     )
     head = await wh.head(hook.id)
     assert head is not None and head.event_id == second
     assert await wh.record_attempt(
         hook.id,
         "a",
-        _attempt(second, "permanent", 410),
+        ws.attempt(second, "permanent", 410),
         status=FAILED,
         next_attempt_at=None,
         now=T0 + 3,
@@ -238,7 +185,7 @@ async def test_record_attempt_retry_then_delivered(storage: Storage) -> None:
     assert await wh.head(hook.id) is None
     # A delivery that is no longer pending takes no attempt.
     assert not await wh.record_attempt(
-        hook.id, "a", _attempt(second), status=DELIVERED, next_attempt_at=None, now=T0 + 4
+        hook.id, "a", ws.attempt(second), status=DELIVERED, next_attempt_at=None, now=T0 + 4
     )
     page = await wh.deliveries(org.id, hook.id, limit=10, after=None)
     (d2, a2), (d1, a1) = page.items
@@ -249,15 +196,15 @@ async def test_record_attempt_retry_then_delivered(storage: Storage) -> None:
 
 
 async def test_dropped_disables_and_cancels_the_rest(storage: Storage) -> None:
-    org = await _org(storage)
-    hook = await _hook(storage, org)
-    first = await _emit(storage, org, "key.created")
-    await _emit(storage, org, "key.deleted")
-    assert await _fill(storage, hook) == 2
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
+    first = await ws.emit(storage, org, "key.created")
+    await ws.emit(storage, org, "key.deleted")
+    assert await ws.fill(storage, hook) == 2
     assert await storage.webhooks.record_attempt(
         hook.id,
         "a",
-        _attempt(first, "retry", None),
+        ws.attempt(first, "retry", None),
         status=DROPPED,
         next_attempt_at=None,
         now=T0 + 5,
@@ -265,7 +212,7 @@ async def test_dropped_disables_and_cancels_the_rest(storage: Storage) -> None:
     after = await storage.webhooks.get(org.id, hook.id)
     assert after is not None and not after.enabled
     assert after.disabled_reason == DISABLED_FAILING and after.disabled_at == T0 + 5
-    assert await _queue(storage, hook) == [("key.created", DROPPED), ("key.deleted", CANCELLED)]
+    assert await ws.queue(storage, hook) == [("key.created", DROPPED), ("key.deleted", CANCELLED)]
     assert await storage.webhooks.head(hook.id) is None
     assert not await storage.webhooks.claim(hook.id, "a", T0 + 6, TTL)
     assert await storage.webhooks.enabled() == []
@@ -274,14 +221,16 @@ async def test_dropped_disables_and_cancels_the_rest(storage: Storage) -> None:
 async def test_outbox_head_and_orgs_with_events_after(storage: Storage) -> None:
     wh = storage.webhooks
     assert await wh.outbox_head() == (0, 0)
-    acme, other = await _org(storage), await _org(storage, "other")
-    await _emit(storage, acme, "key.created")
+    acme, other = await ws.org(storage), await ws.org(storage, "other")
+    await ws.emit(storage, acme, "key.created")
+    await ws.readable(storage)
     start = await wh.outbox_head()
     assert start != (0, 0)
     assert await wh.orgs_with_events_after(start, limit=10) == (set(), start)
-    await _emit(storage, acme, "key.created")
-    await _emit(storage, other, "key.created")
-    await _emit(storage, acme, "key.deleted")
+    await ws.emit(storage, acme, "key.created")
+    await ws.emit(storage, other, "key.created")
+    await ws.emit(storage, acme, "key.deleted")
+    await ws.readable(storage)
     orgs, position = await wh.orgs_with_events_after(start, limit=2)
     assert orgs == {acme.id, other.id}
     orgs, position = await wh.orgs_with_events_after(position, limit=2)
