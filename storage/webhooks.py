@@ -293,7 +293,8 @@ class WebhookRepository:
     # -- subscriptions (the API) -------------------------------------------------------
 
     async def create(self, new: NewWebhook, now: int) -> Webhook:
-        """Insert it with the cursor at the org's outbox head: it gets events written after."""
+        """Insert it with the cursor at the org's outbox head: it gets events written after.
+        Created disabled (`enabled` false), its `disabled_reason` is "manual"."""
         async with self._db.transaction() as tx:
             txid, seq = await _org_head(tx, new.org_id)
             await tx.execute(
@@ -799,18 +800,25 @@ async def _lock(tx: Executor, org_id: str, webhook_id: str) -> Webhook | None:
     return None if row is None else _webhook(row)
 
 
+_INSERT_CHUNK = 500  # events per INSERT statement: two parameters each, far below the limits
+
+
 async def _insert_pending(tx: Executor, webhook_id: str, event_ids: list[str], now: int) -> int:
     """Append the events to the queue, in order; one already in its log (redelivered before
     the cursor reached it) keeps its row. Returns how many were added."""
     position = await _next_position(tx, webhook_id)
-    params: dict[str, object] = {"id": webhook_id, "pending": PENDING, "now": now}
-    values = []
-    for i, event_id in enumerate(event_ids):
-        params[f"e{i}"], params[f"p{i}"] = event_id, position + i
-        values.append(f"(:id, :e{i}, :p{i}, :pending, 0, :now, :now, :now)")
-    return await tx.execute(
-        "INSERT INTO webhook_deliveries (webhook_id, event_id, position, status, attempts,"
-        f" next_attempt_at, created_at, updated_at) VALUES {', '.join(values)}"
-        " ON CONFLICT (webhook_id, event_id) DO NOTHING",
-        params,
-    )
+    added = 0
+    for start in range(0, len(event_ids), _INSERT_CHUNK):
+        chunk = event_ids[start : start + _INSERT_CHUNK]
+        params: dict[str, object] = {"id": webhook_id, "pending": PENDING, "now": now}
+        values = []
+        for i, event_id in enumerate(chunk):
+            params[f"e{i}"], params[f"p{i}"] = event_id, position + start + i
+            values.append(f"(:id, :e{i}, :p{i}, :pending, 0, :now, :now, :now)")
+        added += await tx.execute(
+            "INSERT INTO webhook_deliveries (webhook_id, event_id, position, status, attempts,"
+            f" next_attempt_at, created_at, updated_at) VALUES {', '.join(values)}"
+            " ON CONFLICT (webhook_id, event_id) DO NOTHING",
+            params,
+        )
+    return added

@@ -50,6 +50,7 @@ CREATE TABLE webhook_deliveries (
     PRIMARY KEY (webhook_id, event_id)
 );
 CREATE INDEX webhook_deliveries_queue ON webhook_deliveries (webhook_id, status, position);
+CREATE INDEX webhook_deliveries_log ON webhook_deliveries (webhook_id, position);  -- log, tail
 CREATE INDEX webhook_deliveries_updated ON webhook_deliveries (updated_at);
 CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_id);  -- the janitor's check
 

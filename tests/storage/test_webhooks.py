@@ -11,6 +11,7 @@ import json
 import pytest
 import trio
 
+from storage import events
 from storage.open import Storage
 from storage.webhooks import (
     CANCELLED,
@@ -236,3 +237,17 @@ async def test_outbox_head_and_orgs_with_events_after(storage: Storage) -> None:
     orgs, position = await wh.orgs_with_events_after(position, limit=2)
     assert orgs == {acme.id} and position == await wh.outbox_head()
     assert await wh.orgs_with_events_after(position, limit=2) == (set(), position)
+
+
+async def test_a_large_batch_is_queued_in_order(storage: Storage) -> None:
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
+    async with storage.db.transaction() as tx:
+        written = [await events.append(tx, org.id, "key.created", {"i": i}) for i in range(1100)]
+    await ws.readable(storage)
+    assert await storage.webhooks.claim(hook.id, "a", T0, TTL)
+    # More than one INSERT statement's worth.
+    assert await storage.webhooks.fill_queue(hook.id, "a", T0, limit=5000) == 1100
+    page = await storage.webhooks.deliveries(org.id, hook.id, limit=5000, after=None)
+    log = [(d.event_id, d.position) for d, _ in reversed(page.items)]
+    assert log == [(event_id, i + 1) for i, event_id in enumerate(written)]
