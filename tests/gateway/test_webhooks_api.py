@@ -157,7 +157,8 @@ async def test_a_custom_secret_is_used_as_given(gw: Gateway) -> None:
     secret = "my-receivers-own-secret-9876"
     created = await _created(gw, secret=secret, enabled=False)
     assert created["secret"] == secret and created["secret_hint"] == "…9876"
-    assert created["enabled"] is False
+    assert created["enabled"] is False and created["disabled_reason"] == "manual"
+    assert created["disabled_at"] == created["created_at"]
     record = await gw.runtime.storage.webhooks.get(gw.org_id, created["id"])
     assert record is not None
     assert _box(gw).open(record.secret_sealed, (gw.org_id, created["id"])) == secret
