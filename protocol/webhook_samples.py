@@ -2,11 +2,10 @@
 Delivery 9: a test event carries `data.test` true and a synthetic payload). No I/O.
 
 Each sample has the fields the real producer writes for that type, with made-up values, so a
-receiver can be built against a test event and then see the same shape from real ones:
-`key.*` as storage/keys.py `event_data`, `provider_key.invalid` as storage/provider_keys.py
-(with the provider's `upstream_status`), `budget.*` as storage/ledger.py `budget_event_data`
-(SPEC Delivery 2), `completion.*` as gateway/inference/completion_events.py. Types with no producer
-yet (endpoints, fine-tuning, guardrails, cache) have the shape decided here for them.
+receiver can be built against a test event and then see the same shape from real ones (see
+docs/webhooks.md, "Event types and their data"; tests/gateway/test_webhook_samples.py compares
+them with the producers). Types with no producer yet (endpoints, fine-tuning, guardrails,
+cache) have the shape decided here for them.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "budget.exhausted": {**_BUDGET, "threshold_percent": 100, "spent_usd": 100.0},
     "key.created": dict(_KEY),
     "key.deleted": {**_KEY, "is_active": False},
-    "key.updated": dict(_KEY),
+    "key.updated": {**_KEY, "changed": ["name", "rate_limit_rpm"]},
     "provider_key.invalid": {
         "provider_key_id": "pk_SAMPLE00000000000000000",
         "provider": "openai",

@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from gateway.inference.completion_events import error_data, success_data
+from gateway.web.context import RequestContext
 from protocol.billing import KeyBudget, month_of
 from protocol.timefmt import now_us
 from protocol.webhook_samples import SAMPLES, sample_data
@@ -60,8 +62,11 @@ def test_key_samples_have_the_key_events_fields() -> None:
         deleted_at=None,
     )
     real = _shape(key_event_data(record))
-    for event_type in ("key.created", "key.updated", "key.deleted"):
+    for event_type in ("key.created", "key.deleted"):
         assert _shape(SAMPLES[event_type]) == real, event_type
+    updated = SAMPLES["key.updated"]
+    assert _shape({k: v for k, v in updated.items() if k != "changed"}) == real
+    assert updated["changed"] and all(isinstance(c, str) for c in updated["changed"])
 
 
 def test_provider_key_and_budget_samples_have_their_producers_fields() -> None:
@@ -84,3 +89,22 @@ def test_provider_key_and_budget_samples_have_their_producers_fields() -> None:
     assert _shape(SAMPLES["budget.threshold"]) == _shape(threshold)
     assert _shape(SAMPLES["budget.exhausted"]) == _shape(exhausted)
     assert SAMPLES["budget.exhausted"]["threshold_percent"] == 100
+
+
+def test_completion_samples_have_the_completion_events_fields() -> None:
+    ctx = RequestContext(
+        request_id="req_x",
+        method="POST",
+        path="/v1/chat/completions",
+        started=0.0,
+        route="/v1/chat/completions",
+        org_id="org_x",
+        key_id="key_x",
+        model="sim/sim-small",
+        cost_usd=0.5,
+        prompt_tokens=3,
+        completion_tokens=4,
+    )
+    assert _shape(SAMPLES["completion.success"]) == _shape(success_data(ctx, 200, 0.25))
+    ctx.note_error("upstream_error", "upstream_unavailable", "down")
+    assert _shape(SAMPLES["completion.error"]) == _shape(error_data(ctx, 502, 0.25))
