@@ -8,6 +8,7 @@
 ALTER TABLE events ADD COLUMN txid BIGINT NOT NULL DEFAULT {{txid_default}};
 ALTER TABLE events ADD COLUMN webhook_id TEXT;
 CREATE INDEX events_org_order ON events (org_id, txid, seq);
+CREATE INDEX events_order ON events (txid, seq);  -- the waker's reads across orgs
 CREATE INDEX events_created ON events (created_at);
 
 CREATE TABLE webhooks (
@@ -49,7 +50,9 @@ CREATE TABLE webhook_deliveries (
     PRIMARY KEY (webhook_id, event_id)
 );
 CREATE INDEX webhook_deliveries_queue ON webhook_deliveries (webhook_id, status, position);
+CREATE INDEX webhook_deliveries_log ON webhook_deliveries (webhook_id, position);  -- log, tail
 CREATE INDEX webhook_deliveries_updated ON webhook_deliveries (updated_at);
+CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_id);  -- the janitor's check
 
 CREATE TABLE webhook_attempts (
     seq          {{serial_pk}},
