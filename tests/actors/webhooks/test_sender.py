@@ -6,7 +6,7 @@ import hmac
 import ipaddress
 import itertools
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -14,6 +14,7 @@ import trio.testing
 
 from actors.webhooks.sender import BODY_LIMIT, WebhookSender, check_url, parse_url
 from protocol.webhooks import delivery_headers
+from tests.actors.webhooks.conftest import start_receiver
 from tests.webhook_receiver import (
     CLOSE,
     HANG,
@@ -23,25 +24,10 @@ from tests.webhook_receiver import (
     endless,
     make_tls,
     response,
-    serve_receiver,
 )
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 BODY = b'{"id":"evt_1","type":"key.created","created_at":"2026-01-01T00:00:00Z","data":{}}'
-
-
-@pytest.fixture
-def tls() -> ReceiverTLS:
-    return make_tls()
-
-
-@pytest.fixture
-async def receiver(tls: ReceiverTLS) -> AsyncIterator[Receiver]:
-    async with trio.open_nursery() as nursery:
-        yield await nursery.start(
-            lambda task_status: serve_receiver(tls=tls.server, task_status=task_status)
-        )
-        nursery.cancel_scope.cancel()
 
 
 def sender(tls: ReceiverTLS, **kw: object) -> WebhookSender:
@@ -154,9 +140,7 @@ async def test_an_untrusted_certificate_is_a_tls_failure(receiver: Receiver) -> 
 async def test_a_certificate_for_another_name_is_a_tls_failure() -> None:
     tls = make_tls("example.com")
     async with trio.open_nursery() as nursery:
-        receiver = await nursery.start(
-            lambda task_status: serve_receiver(tls=tls.server, task_status=task_status)
-        )
+        receiver = await start_receiver(nursery, tls)
         result = await sender(tls).post(receiver.url, BODY, headers(["s"]))
         nursery.cancel_scope.cancel()
     assert result.error is not None and "TLS failure" in result.error
@@ -235,9 +219,7 @@ async def test_malformed_urls_are_refused_with_the_reason(url: str, message: str
 
 async def test_http_only_when_allowed(tls: ReceiverTLS) -> None:
     async with trio.open_nursery() as nursery:
-        plain = await nursery.start(
-            lambda task_status: serve_receiver(tls=None, task_status=task_status)
-        )
+        plain = await start_receiver(nursery, None)
         refused = await sender(tls).post(plain.url, BODY, headers(["s"]))
         allowed = await sender(tls, allow_http=True).post(plain.url, BODY, headers(["s"]))
         nursery.cancel_scope.cancel()
@@ -304,8 +286,3 @@ async def test_a_slowloris_head_is_cut_at_the_timeout(
     receiver.play(Stream(drip))
     result = await sender(tls).post(receiver.url, BODY, headers(["s"]))
     assert (result.status, result.error, result.duration_s) == (None, "timeout after 10 s", 10.0)
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
