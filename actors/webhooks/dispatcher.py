@@ -5,7 +5,9 @@ subscription whose lease this instance holds, named `webhook:<id>`, so `/v1/admi
 each with its numbers. Every `poll_interval_s` it
 
 - lists the enabled subscriptions and claims each (`claim` takes a free or expired lease and
-  renews one held), starts an actor for each newly held one and stops the actors of those lost,
+  renews one held) — a new one at once, the others every third of the lease TTL, so a held
+  lease is renewed twice before it could expire and an expired one elsewhere is taken within
+  4/3 of the TTL — starts an actor for each newly held one and stops the actors of those lost,
   disabled or deleted;
 - asks which orgs have outbox events past the position it last saw and wakes their actors;
 - every `stats_interval_s`, reads the queue depths for the statistics.
@@ -74,6 +76,7 @@ class WebhookDispatcher(Supervisor):
         self._box = box
         self._clock = clock or WallClock()
         self._held: dict[str, str] = {}  # webhook id -> org id, leases held after the last poll
+        self._tried: dict[str, float] = {}  # webhook id -> Trio time of the last claim
         self._position: tuple[int, int] | None = None
         self._queues: dict[str, QueueStats] = {}
         self._stats_due = 0.0
@@ -140,10 +143,23 @@ class WebhookDispatcher(Supervisor):
         repo, clock = self.repo, self._clock
         self.polls += 1
         ttl_us = round(self.settings.lease_ttl_s * 1_000_000)
+        now = trio.current_time()
+        every = self.settings.lease_ttl_s / 3
+        # An actor that retired (its lease lost, say) is claimed again now, not at renewal.
         held: dict[str, str] = {}
+        tried: dict[str, float] = {}
         for webhook_id, org_id in await repo.enabled():
+            last = self._tried.get(webhook_id)
+            retired = webhook_id in self._held and self.get(actor_name(webhook_id)) is None
+            if last is not None and now - last < every and not retired:
+                tried[webhook_id] = last
+                if webhook_id in self._held:
+                    held[webhook_id] = org_id
+                continue
+            tried[webhook_id] = now
             if await repo.claim(webhook_id, self.owner, clock.now_us(), ttl_us):
                 held[webhook_id] = org_id
+        self._tried = tried
         for webhook_id in list(self._held):
             if webhook_id not in held:
                 await self.stop(actor_name(webhook_id))
@@ -188,7 +204,7 @@ class WebhookDispatcher(Supervisor):
         )
 
     async def _release_all(self) -> None:
-        held, self._held = list(self._held), {}
+        held, self._held, self._tried = list(self._held), {}, {}
         with trio.move_on_after(_RELEASE_TIMEOUT_S, shield=True):
             for webhook_id in held:
                 try:

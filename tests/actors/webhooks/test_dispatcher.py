@@ -5,6 +5,8 @@ and the counters."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import trio
 
@@ -139,3 +141,22 @@ async def test_two_dispatchers_never_run_the_same_subscription(
         held_by_first = set(first.held())
         nursery.cancel_scope.cancel()
     assert {h.id for h in hooks} >= held_by_first
+
+
+async def test_an_expired_lease_of_another_instance_is_taken_over(
+    storage: Storage, tls: ReceiverTLS, receiver: Receiver
+) -> None:
+    org = await storage.orgs.create("acme")
+    hook = await subscribe(storage, org, receiver.url)
+    clock = WallClock()
+    # Another instance took it and then went silent: its lease runs out after 0.5 s.
+    assert await storage.webhooks.claim(hook.id, "silent-instance", clock.now_us(), 500_000)
+    settings = replace(SETTINGS, lease_ttl_s=0.6)
+    hub = WebhookDispatcher(storage.webhooks, BOX, settings, sender=sender(tls), clock=clock)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        await trio.sleep(0.3)
+        assert hub.held() == {}  # not while it is valid
+        await wait_until(lambda: hub.get(f"webhook:{hook.id}") is not None)
+        nursery.cancel_scope.cancel()
+    assert hub.held() == {}  # released on stop
