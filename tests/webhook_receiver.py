@@ -8,7 +8,8 @@ Each arrival keeps the raw head and body bytes, the parsed headers and the Trio 
 read (`trio.current_time()`, so MockClock tests can check the retry schedule to the second).
 
 A reply is raw bytes (written as they are), `HANG` (never answer), `CLOSE` (close without a
-word) or a `Stream` (bytes produced as they are sent: an endless body). Replies are taken in
+word) or a `Stream` (bytes produced as they are sent: an endless body, pauses, or a gate the
+test opens). Replies are taken in
 order; past the end of the script every request gets `default` (200 OK).
 """
 
@@ -38,7 +39,8 @@ _MAX_HEAD = 64 * 1024
 class Stream:
     """Bytes produced while they are sent."""
 
-    blocks: Callable[[], Iterator[bytes | float]]  # a float: sleep that many seconds
+    # A float: sleep that many seconds; an Event: wait until the test sets it.
+    blocks: Callable[[], Iterator[bytes | float | trio.Event]]
     close: bool = False  # close the connection after the last block
 
 
@@ -224,6 +226,8 @@ async def _serve(receiver: Receiver, tls: ssl.SSLContext | None, tcp: trio.Socke
                 for block in reply.blocks():
                     if isinstance(block, float):
                         await trio.sleep(block)
+                    elif isinstance(block, trio.Event):
+                        await block.wait()
                     else:
                         await stream.send_all(block)
                 if reply.close:
@@ -253,6 +257,6 @@ async def serve_receiver(
         task_status.started(receiver)
 
 
-def endless(block: bytes = b"x" * 16384) -> Iterator[bytes | float]:
+def endless(block: bytes = b"x" * 16384) -> Iterator[bytes | float | trio.Event]:
     while True:
         yield block

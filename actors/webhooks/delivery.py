@@ -91,6 +91,7 @@ class WebhookDelivery(Actor):
         self.last_attempt_at: int | None = None
         self.next_attempt_at: int | None = None
         self.stopped_because: str | None = None
+        self.asleep_until: float | None = None  # Trio time, while waiting for a due time or a wake
 
     def wake(self) -> None:
         """Look at the queue now (new outbox events, a test event, a redelivery)."""
@@ -130,16 +131,24 @@ class WebhookDelivery(Actor):
             if queued < 0:
                 return self._stop("lease lost")
             if queued == 0:
-                with trio.move_on_after(self._idle_poll_s):
-                    await wake.wait()
+                await self._sleep(wake, trio.current_time() + self._idle_poll_s)
             return True
         due = head.next_attempt_at
         self.next_attempt_at = due
         if due is not None and due > self._clock.now_us():
-            with trio.move_on_at(self._clock.trio_time_at(due)):
-                await wake.wait()
+            await self._sleep(wake, self._clock.trio_time_at(due))
             return True
         return await self._attempt(head)
+
+    async def _sleep(self, wake: trio.Event, until: float) -> None:
+        """Until the Trio time `until` or a wake. `asleep_until` says so meanwhile (the admin
+        view; tests driving a MockClock by hand jump to it)."""
+        self.asleep_until = until
+        try:
+            with trio.move_on_at(until):
+                await wake.wait()
+        finally:
+            self.asleep_until = None
 
     async def _attempt(self, head: Delivery) -> bool:
         repo, clock = self._repo, self._clock
@@ -168,7 +177,7 @@ class WebhookDelivery(Actor):
             self.webhook_id, self._owner, attempt, status=status, next_attempt_at=next_at, now=now
         )
         if not held:
-            return self._stop("lease lost")
+            return self._stop("lease lost (or the delivery was cancelled meanwhile)")
         self._note(status, result, started)
         if status == DROPPED:
             _log.warning(

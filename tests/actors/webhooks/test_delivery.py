@@ -1,7 +1,13 @@
 """The delivery actor on real storage (both backends) against a real HTTPS receiver, with
 Trio's MockClock driving retries: order, the retry schedule to the second, permanent and
 retried statuses, Retry-After, dual signatures while a rotation overlaps, a lost lease, and
-two subscriptions in parallel."""
+two subscriptions in parallel.
+
+The MockClock does not autojump: database calls wait on threads (SQLite) and sockets
+(PostgreSQL, whose asyncpg timers run on Trio's clock too), and an autojump would move time
+during such a wait — to asyncpg's 300 s idle-connection timer, say. `drive` moves it instead,
+and only while the actor sleeps, exactly to the time it sleeps until: what the actor computes
+is what the receiver sees, to the microsecond."""
 
 from __future__ import annotations
 
@@ -9,7 +15,9 @@ import hashlib
 import hmac
 import itertools
 import json
+import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import trio
@@ -37,13 +45,48 @@ pytestmark = pytest.mark.storage
 OWNER = "test-owner"
 
 
+async def real_pause() -> None:
+    """Let threads and sockets make progress without moving the MockClock."""
+    await trio.to_thread.run_sync(time.sleep, 0.002)
+
+
+async def drive(
+    clock: trio.testing.MockClock, actor: WebhookDelivery, predicate: Callable[[], bool]
+) -> None:
+    """Until `predicate()`, within 30 s of real time: whenever the actor sleeps (a retry, or
+    an idle queue), jump the clock to the time it sleeps until."""
+    limit = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < limit, "condition never met"
+        if actor.asleep_until is not None:
+            clock.jump(max(0.0, actor.asleep_until - trio.current_time()))
+        await real_pause()
+
+
+def arrived(receiver: Receiver, count: int) -> Callable[[], bool]:
+    return lambda: len(receiver.arrivals) >= count
+
+
+async def outbox_readable(storage: Storage) -> None:
+    """On PostgreSQL, wait (in real time) until the events written so far are behind the
+    horizon fill_queue reads up to (see tests/storage/webhooks_support.py `readable`)."""
+    if storage.db.dialect != "postgresql":
+        return
+    query = (
+        "SELECT COALESCE(MAX(txid), 0) < pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+        " FROM events"
+    )
+    limit = time.monotonic() + 30
+    while not await storage.db.fetchval(query):
+        assert time.monotonic() < limit
+        await real_pause()
+
+
 async def until(predicate: Callable[[], bool]) -> None:
-    """Poll state an actor changes (no deadline: under MockClock one would be jumped to)."""
-    for _ in range(10_000):
-        if predicate():
-            return
-        await trio.sleep(0.1)
-    raise AssertionError("condition never met")
+    """Poll, in real time (no MockClock), state an actor changes."""
+    with trio.fail_after(30):
+        while not predicate():  # noqa: ASYNC110 - state of an actor: nothing to wait on
+            await trio.sleep(0.01)
 
 
 def gaps(arrivals: list[Arrival]) -> list[float]:
@@ -61,23 +104,28 @@ async def claimed(storage: Storage, hook: Webhook, clock: WallClock) -> None:
 
 
 async def test_events_go_out_in_order_one_at_a_time_signed_per_spec(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url, secret="whsec_test")
     ids = [await emit(storage, org, "key.created", n=n) for n in range(3)]
-    slow = Stream(lambda: iter([2.0, OK]))  # each answer takes 2 s
-    receiver.play(slow, slow, slow)
+    gates = [trio.Event() for _ in ids]  # each answer waits until the test opens its gate
+    receiver.play(*(Stream(partial(iter, [gate, OK])) for gate in gates))
     clock = WallClock()
     await claimed(storage, hook, clock)
     actor = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        arrivals = await receiver.wait_for(3)
-        await until(lambda: actor.attempts == 3)
+        for n, gate in enumerate(gates, 1):
+            await drive(mock_clock, actor, arrived(receiver, n))
+            for _ in range(20):
+                await real_pause()  # time enough for a next request to show if one were sent
+            assert len(receiver.arrivals) == n  # the next waits for this answer
+            gate.set()
+        await drive(mock_clock, actor, lambda: actor.attempts == 3)
         nursery.cancel_scope.cancel()
+    arrivals = receiver.arrivals
     assert event_ids(arrivals) == ids
-    assert all(gap >= 2.0 for gap in gaps(arrivals))  # the next waited for the answer
     assert receiver.connections == 3  # one connection per attempt, never pooled
     first = arrivals[0]
     envelope = json.loads(first.body)
@@ -95,7 +143,7 @@ async def test_events_go_out_in_order_one_at_a_time_signed_per_spec(
 
 
 async def test_a_failing_event_is_retried_on_schedule_then_dropped_and_the_hook_disabled(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url)
@@ -105,7 +153,9 @@ async def test_a_failing_event_is_retried_on_schedule_then_dropped_and_the_hook_
     clock = WallClock()
     await claimed(storage, hook, clock)
     actor = delivery(storage, hook, tls, clock)
-    await actor.run()  # returns by itself: the subscription was disabled
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)  # returns by itself: the subscription was disabled
+        await drive(mock_clock, actor, lambda: actor.stopped_because is not None)
     assert actor.stopped_because is not None and "dropped" in actor.stopped_because
     arrivals = receiver.arrivals
     assert event_ids(arrivals) == [first] * 7  # the second event waited behind it, then went
@@ -121,7 +171,7 @@ async def test_a_failing_event_is_retried_on_schedule_then_dropped_and_the_hook_
 
 
 async def test_a_4xx_is_permanent_and_the_next_event_goes_on(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url)
@@ -132,8 +182,8 @@ async def test_a_4xx_is_permanent_and_the_next_event_goes_on(
     actor = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        arrivals = await receiver.wait_for(2)
-        await until(lambda: actor.attempts == 2)
+        await drive(mock_clock, actor, lambda: actor.attempts == 2)
+        arrivals = receiver.arrivals
         nursery.cancel_scope.cancel()
     assert event_ids(arrivals) == ids
     assert gaps(arrivals)[0] < 10  # no retry wait
@@ -143,7 +193,7 @@ async def test_a_4xx_is_permanent_and_the_next_event_goes_on(
 @pytest.mark.parametrize("status", [408, 429, 503])
 async def test_retryable_statuses_are_retried_after_10_s(
     storage: Storage,
-    autojump_clock: trio.testing.MockClock,
+    mock_clock: trio.testing.MockClock,
     tls: ReceiverTLS,
     receiver: Receiver,
     status: int,
@@ -157,8 +207,8 @@ async def test_retryable_statuses_are_retried_after_10_s(
     actor = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        arrivals = await receiver.wait_for(3)
-        await until(lambda: actor.attempts == 3)
+        await drive(mock_clock, actor, lambda: actor.attempts == 3)
+        arrivals = receiver.arrivals
         nursery.cancel_scope.cancel()
     assert event_ids(arrivals) == [ids[0], ids[0], ids[1]]
     assert gaps(arrivals)[0] == 10
@@ -166,7 +216,7 @@ async def test_retryable_statuses_are_retried_after_10_s(
 
 
 async def test_a_longer_retry_after_is_honoured_a_shorter_one_is_not(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url)
@@ -180,13 +230,13 @@ async def test_a_longer_retry_after_is_honoured_a_shorter_one_is_not(
     actor = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        arrivals = await receiver.wait_for(3)
+        await drive(mock_clock, actor, lambda: actor.attempts == 3)
         nursery.cancel_scope.cancel()
-    assert gaps(arrivals) == [120, 60]
+    assert gaps(receiver.arrivals) == [120, 60]
 
 
 async def test_both_secrets_sign_while_a_rotation_overlaps(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url, secret="whsec_old")
@@ -207,11 +257,12 @@ async def test_both_secrets_sign_while_a_rotation_overlaps(
     actor = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        [during] = await receiver.wait_for(1)
-        autojump_clock.jump(3601)  # the overlap ends
+        await drive(mock_clock, actor, lambda: bool(actor.asleep_until and actor.attempts))
+        mock_clock.jump(3601)  # the overlap ends (while the actor sleeps: no query in flight)
         await emit(storage, org, "key.deleted")
         actor.wake()
-        after = (await receiver.wait_for(2))[1]
+        await drive(mock_clock, actor, lambda: actor.attempts == 2)
+        during, after = receiver.arrivals
         nursery.cancel_scope.cancel()
     assert signatures(during) == 2
     header = during.header("Service-Webhook-Signature") or ""
@@ -225,13 +276,14 @@ async def test_both_secrets_sign_while_a_rotation_overlaps(
 
 
 async def test_a_lost_lease_stops_the_actor(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url)
     await emit(storage, org, "key.created")
     receiver.default = response(500)
     clock = WallClock()
+    await outbox_readable(storage)  # the first attempt goes out well within the 5 s lease
     assert await storage.webhooks.claim(hook.id, OWNER, clock.now_us(), 5_000_000)
     actor = delivery(storage, hook, tls, clock, lease_ttl_s=5.0)
     done = trio.Event()
@@ -242,10 +294,13 @@ async def test_a_lost_lease_stops_the_actor(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
-        await receiver.wait_for(1)  # renewed for 5 s as it was sent; the retry is due in 10 s
-        await trio.sleep(6)
+        # Renewed for 5 s as it was sent; the retry is due in 10 s.
+        await drive(
+            mock_clock, actor, lambda: actor.asleep_until is not None and actor.attempts == 1
+        )
+        mock_clock.jump(6)
         assert await storage.webhooks.claim(hook.id, "another-instance", clock.now_us(), 10**12)
-        await done.wait()
+        await drive(mock_clock, actor, done.is_set)
     assert actor.stopped_because == "lease lost"
     assert len(receiver.arrivals) == 1  # the retry was not sent by the instance that lost it
 
@@ -277,7 +332,7 @@ async def test_two_subscriptions_deliver_in_parallel(
 
 
 async def test_an_idle_actor_picks_up_new_events_on_a_wake(
-    storage: Storage, autojump_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
 ) -> None:
     org = await storage.orgs.create("acme")
     hook = await subscribe(storage, org, receiver.url, types=("key.deleted",))
@@ -286,9 +341,16 @@ async def test_an_idle_actor_picks_up_new_events_on_a_wake(
     actor: WebhookDelivery = delivery(storage, hook, tls, clock)
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
+        await drive(mock_clock, actor, lambda: actor.asleep_until is not None)  # no jump
         await emit(storage, org, "key.created")  # not in the filter
         wanted = await emit(storage, org, "key.deleted")
+        await outbox_readable(storage)
+        assert actor.asleep_until is not None  # idle, for as long as the clock stands still
         actor.wake()
-        [arrival] = await receiver.wait_for(1)
+        limit = time.monotonic() + 30
+        while actor.attempts < 1:  # the clock never moves here: only the wake can do it
+            assert time.monotonic() < limit
+            await real_pause()
         nursery.cancel_scope.cancel()
+    [arrival] = receiver.arrivals
     assert event_ids([arrival]) == [wanted]
