@@ -1,5 +1,6 @@
 """`gateway bench` (and `python -m bench.cli`): the standard suite, two gateways loaded at once
-(billing on against off, or this tree against an earlier revision), or load against any
+(billing on against off, every success an event against none, or this tree against an earlier
+revision), or load against any
 OpenAI-compatible base URL. Prints the table on stdout; writes CSV and PNGs when asked.
 
 Exit status: 0 when every scenario ran without errors, 1 when some requests failed or a piece of
@@ -14,12 +15,13 @@ from pathlib import Path
 
 import trio
 
-from bench.compare import compare_billing, compare_revision
+from bench.compare import compare_billing, compare_events, compare_revision
 from bench.http_client import Endpoint
 from bench.load import Scenario
 from bench.report import (
     Row,
     billing_overhead,
+    events_overhead,
     head_against_base,
     terminal_table,
     workers_scaling,
@@ -102,6 +104,15 @@ def _parser() -> argparse.ArgumentParser:
     billing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
     billing.add_argument("--out", type=Path, help="write bench.csv here")
 
+    events = commands.add_parser(
+        "events",
+        help="completion.success sampled at 1.0 and at 0 loaded at the same time on one CPU: "
+        "what an event per request costs",
+    )
+    events.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
+    events.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    events.add_argument("--out", type=Path, help="write bench.csv here")
+
     compare = commands.add_parser(
         "compare",
         help="an earlier revision's gateway and this tree's loaded at the same time on one CPU",
@@ -137,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, compare, run):
+    for sub in (suite, billing, events, compare, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -227,14 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                 billing=not args.no_billing,
             )
             rows = trio.run(run_suite, options)
-        elif args.command == "billing":
+        elif args.command in ("billing", "events"):
             options = SuiteOptions(
                 concurrency=args.concurrency,
                 duration_s=args.duration,
                 warmup_s=args.warmup,
                 progress=not args.no_progress,
             )
-            rows = trio.run(compare_billing, options)
+            both = compare_billing if args.command == "billing" else compare_events
+            rows = trio.run(both, options)
         elif args.command == "compare":
             options = SuiteOptions(
                 concurrency=(args.concurrency,),
@@ -254,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     print(terminal_table(rows), end="")
     print(workers_scaling(rows), end="")
     print(billing_overhead(rows), end="")
+    print(events_overhead(rows), end="")
     print(head_against_base(rows), end="")
     print(sides, end="")
     if args.out is not None:

@@ -1,5 +1,6 @@
-"""Two gateways loaded at the same time: `bench billing` (billing on against off) and
-`bench compare` (this tree against an earlier revision).
+"""Two gateways loaded at the same time: `bench billing` (billing on against off), `bench
+events` (every success an event against none) and `bench compare` (this tree against an
+earlier revision).
 
 Each side is a stack of its own (this tree's simulated upstream and a gateway); both gateways
 are pinned to the same CPU and loaded at once, so this machine's speed drift hits both alike
@@ -35,6 +36,7 @@ from bench.suite import (
 
 BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
 BASE, HEAD = "base", "head"
+EVENTS_ALL, EVENTS_NONE = "events-all", "events-none"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Side:
     name: str
     code: GatewayCode = field(default_factory=GatewayCode)
     billing: bool = True
+    success_sample_rate: float | None = None  # [webhooks] completion_success_sample_rate
 
 
 async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list[Row]:
@@ -74,6 +77,7 @@ async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list
                     max_connections=top + 64,
                     keepalive=top + 64,
                     billing=side.billing,
+                    success_sample_rate=side.success_sample_rate,
                     code=side.code,
                 )
 
@@ -95,6 +99,20 @@ async def compare_billing(options: SuiteOptions) -> list[Row]:
     report.billing_overhead)."""
     return await compare_sides(
         (Side(BILLING_ON, billing=True), Side(BILLING_OFF, billing=False)), options
+    )
+
+
+async def compare_events(options: SuiteOptions) -> list[Row]:
+    """`completion.success` for every request (sample rate 1.0) against none (0), this tree's
+    gateway with billing on both sides (`bench events`; report.events_overhead). Errors are
+    events on both sides alike; the bench's requests succeed, so this is the cost of writing an
+    event per request (batched by the event writer)."""
+    return await compare_sides(
+        (
+            Side(EVENTS_ALL, success_sample_rate=1.0),
+            Side(EVENTS_NONE, success_sample_rate=0.0),
+        ),
+        options,
     )
 
 

@@ -194,6 +194,13 @@ def billing_overhead(results: Sequence[Row]) -> str:
     return side_by_side(results, "billing-on", "billing-off", labels=("billing on", "billing off"))
 
 
+def events_overhead(results: Sequence[Row]) -> str:
+    """`events-all` against `events-none` rows (`bench events`), per mode."""
+    return side_by_side(
+        results, "events-all", "events-none", labels=("success sampling 1.0", "sampling 0")
+    )
+
+
 def head_against_base(results: Sequence[Row]) -> str:
     """`head` against `base` rows (`bench compare`), per mode."""
     return side_by_side(results, "head", "base")
@@ -240,13 +247,13 @@ def write_plots(out_dir: Path | str, rows: Sequence[Row]) -> list[Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # Single points (slow streams at N, the workers, billing and revision comparisons) would
+    # Single points (slow streams at N, the workers, billing, events and revision comparisons) would
     # only clutter the lines.
     plotted = [
         r
         for r in rows
         if r.scenario != SLOW_STREAMS
-        and not r.scenario.startswith(("workers-", "billing-"))
+        and not r.scenario.startswith(("workers-", "billing-", "events-"))
         and r.scenario not in ("base", "head")
     ]
     modes = [m for m in ("json", "sse") if any(r.mode == m for r in plotted)] or ["json"]

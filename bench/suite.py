@@ -247,11 +247,23 @@ async def child(
 
 
 def gateway_config(
-    upstream_base: str, *, max_connections: int, keepalive: int, billing: bool = True
+    upstream_base: str,
+    *,
+    max_connections: int,
+    keepalive: int,
+    billing: bool = True,
+    success_sample_rate: float | None = None,
 ) -> str:
     """The bench gateway's config. `bench compare` gives it to earlier revisions too, which
-    refuse unknown keys: add a key only when the revisions compared against know it."""
-    return f"""\
+    refuse unknown keys: add a key only when the revisions compared against know it (or, as
+    `[webhooks]`, only when asked for: `success_sample_rate`, for `bench events`)."""
+    webhooks = (
+        ""
+        if success_sample_rate is None
+        else f"\n[webhooks]\ncompletion_success_sample_rate = {success_sample_rate}\n"
+    )
+    return (
+        f"""\
 [server]
 access_log = false
 graceful_timeout_s = 5
@@ -274,6 +286,8 @@ upstream = "{MODEL}"
 input_usd_per_mtok = 0.1
 output_usd_per_mtok = 0.2
 """
+        + webhooks
+    )
 
 
 @dataclass(frozen=True)
@@ -353,6 +367,7 @@ async def stack(
     keepalive: int,
     workers: int = 1,
     billing: bool = True,
+    success_sample_rate: float | None = None,
     code: GatewayCode = GatewayCode(),
 ) -> AsyncIterator[Stack]:
     """Upstream + gateway (`workers` processes, running `code`) in `workdir`, ready, with a load
@@ -373,7 +388,11 @@ async def stack(
         config = _write(
             workdir / "gateway.toml",
             gateway_config(
-                upstream_base, max_connections=max_connections, keepalive=keepalive, billing=billing
+                upstream_base,
+                max_connections=max_connections,
+                keepalive=keepalive,
+                billing=billing,
+                success_sample_rate=success_sample_rate,
             ),
         )
         alphabet = string.ascii_letters + string.digits

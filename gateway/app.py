@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.inference import routes as inference
+from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
@@ -55,4 +56,11 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         *extra,
     ]
     app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
-    return RequestMiddleware(app, runtime.metrics, log_requests=server.access_log)
+    completions = CompletionEvents(
+        runtime.event_writer,
+        inference.COMPLETION_ROUTES,
+        runtime.config.webhooks.completion_success_sample_rate,
+    )
+    return RequestMiddleware(
+        app, runtime.metrics, log_requests=server.access_log, on_finish=(completions.finished,)
+    )

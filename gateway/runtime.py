@@ -14,6 +14,7 @@ import trio
 
 from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
+from actors.event_writer import EventWriter
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
 from actors.shared_holds import open_shared_holds
@@ -47,6 +48,7 @@ class Runtime:
     accountant: Accountant
     payments: PaymentProcessor
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
+    event_writer: EventWriter  # hot-path events (completion.*), written in batches
 
 
 def credential_hasher(config: Config) -> CredentialHasher:
@@ -86,7 +88,8 @@ async def open_runtime(
         relays = StreamRelays()
         payments = open_processor(config.billing.payment_provider)
         accountant = Accountant(storage.ledger, storage.orgs, payments, shared_holds)
-        for actor in (upstreams, relays, limiter, accountant):
+        event_writer = EventWriter(storage.events)
+        for actor in (upstreams, relays, limiter, accountant, event_writer):
             await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
@@ -108,6 +111,7 @@ async def open_runtime(
                 accountant,
                 payments,
                 provider_keys,
+                event_writer,
             )
         finally:
             nursery.cancel_scope.cancel()

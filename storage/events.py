@@ -6,6 +6,7 @@ Delivery (webhooks) reads them later in `seq` order; nothing here sends anything
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +42,57 @@ async def append(tx: Executor, org_id: str, type: str, data: dict[str, Any]) -> 
     return event_id
 
 
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event made on the hot path and written later in a batch (actors/event_writer.py):
+    its id and time are fixed when it happens, so a retried batch recognises its rows."""
+
+    id: str
+    org_id: str
+    type: str
+    data: dict[str, Any]
+    created_at: int
+
+
+def new_event(org_id: str, type: str, data: dict[str, Any]) -> NewEvent:
+    return NewEvent(new_id("evt"), org_id, type, data, now_us())
+
+
+_COLUMNS = ("id", "org_id", "type", "data", "created_at")
+
+
+async def append_many(tx: Executor, batch: Sequence[NewEvent]) -> None:
+    """Add `batch` inside the caller's transaction, in one bulk insert (in order: `seq`
+    follows the batch)."""
+    rows = [
+        (e.id, e.org_id, e.type, json.dumps(e.data, separators=(",", ":")), e.created_at)
+        for e in batch
+    ]
+    await tx.insert_many("events", _COLUMNS, rows)
+
+
 class EventRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    async def write_batch(self, batch: Sequence[NewEvent], *, skip_stored: bool = False) -> int:
+        """Write `batch` in one transaction; returns how many rows were inserted. `skip_stored`
+        (a retry after a failure whose outcome is unknown) leaves out events whose ids are
+        stored already, so none is written twice."""
+        if not batch:
+            return 0
+        async with self._db.transaction() as tx:
+            if skip_stored:
+                names = {f"e{i}": e.id for i, e in enumerate(batch)}
+                rows = await tx.fetch(
+                    f"SELECT id FROM events WHERE id IN ({', '.join(':' + n for n in names)})",
+                    names,
+                )
+                stored = {r["id"] for r in rows}
+                batch = [e for e in batch if e.id not in stored]
+            if batch:
+                await append_many(tx, batch)
+        return len(batch)
 
     async def list_for_org(
         self, org_id: str, *, after_seq: int = 0, limit: int = 100

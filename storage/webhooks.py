@@ -141,7 +141,7 @@ _DELIVERY_SELECT = (
     " d.last_status_code, d.last_error, d.created_at, d.updated_at"
     " FROM webhook_deliveries d JOIN events e ON e.id = d.event_id"
 )
-# Statuses a redelivery may queue again (delivered and pending ones are left alone).
+# Statuses redeliver_since queues again (delivered and pending rows are left alone).
 _REQUEUEABLE = (FAILED, DROPPED, CANCELLED)
 # The lease condition every owner's write carries.
 _LEASED = "id = :id AND enabled = :yes AND lease_owner = :owner AND lease_expires_at > :now"

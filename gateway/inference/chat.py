@@ -43,6 +43,7 @@ class ChatCompletions:
         call = Call(http)
         body = await http.body()
         request = parse_chat_request(body)
+        call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability="chat")
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body

@@ -19,6 +19,9 @@ from protocol.openai_schema import (
 from protocol.scopes import CHAT_COMPLETIONS, EMBEDDINGS, MODELS_READ
 
 _TAG = "Inference"
+CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH = "/v1/chat/completions", "/v1/embeddings"
+# The routes whose answers are `completion.*` events (gateway/inference/completion_events.py).
+COMPLETION_ROUTES = frozenset({CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH})
 _UPSTREAM_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
 
 
@@ -28,7 +31,7 @@ def routes(deps: InferenceDeps) -> Routes:
     r.add(
         Operation(
             "POST",
-            "/v1/chat/completions",
+            CHAT_COMPLETIONS_PATH,
             "Chat completion, JSON or SSE (`stream: true`)",
             _TAG,
             request=ChatCompletionRequest,
@@ -42,7 +45,7 @@ def routes(deps: InferenceDeps) -> Routes:
     r.add(
         Operation(
             "POST",
-            "/v1/embeddings",
+            EMBEDDINGS_PATH,
             "Embeddings",
             _TAG,
             request=EmbeddingsRequest,

@@ -89,7 +89,9 @@ class WebApp:
                 await response.send(send, request.headers)
         except Exception as exc:
             if request is None:
-                await answer(send, exc, method=method, route="unmatched", started=False, headers=[])
+                await answer(
+                    send, exc, method=method, route="unmatched", started=False, headers=[], ctx=ctx
+                )
             else:
                 await answer(
                     send,
@@ -98,6 +100,7 @@ class WebApp:
                     route=request.operation.path,
                     started=request.started,
                     headers=request.headers,
+                    ctx=ctx,
                 )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:

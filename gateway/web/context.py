@@ -1,7 +1,8 @@
 """Per-request facts gathered along the way, for the access log, metrics and the response.
 
 The ASGI middleware (gateway/web/middleware.py) creates one per HTTP request and puts it in the
-scope; routes fill in what they learn (route, org, key, model, cost).
+scope; routes fill in what they learn (route, org, key, model, cost), and the error mapping
+(gateway/web/errors.py) the error answered, for the `completion.error` event.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ class RequestContext:
     completion_tokens: int | None = None
     status: int | None = None
     response_complete: bool = False
+    stream: bool = False  # an SSE answer was asked for
+    error_type: str | None = None  # the APIError answered (or mapped, once the response began)
+    error_code: str | None = None
+    error_message: str | None = None
+
+    def note_error(self, type: str, code: str | None, message: str) -> None:
+        self.error_type = type
+        self.error_code = code
+        self.error_message = message
 
 
 def context_of(scope: Mapping[str, object]) -> RequestContext | None:

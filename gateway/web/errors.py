@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 
 from gateway.server.asgi import Send
+from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
 from protocol.errors import APIError, server_error
 from storage.errors import StorageUnavailable
@@ -67,9 +68,19 @@ async def send_error(send: Send, error: APIError, headers: Headers | None = None
 
 
 async def answer(
-    send: Send, exc: Exception, *, method: str, route: str, started: bool, headers: Headers
+    send: Send,
+    exc: Exception,
+    *,
+    method: str,
+    route: str,
+    started: bool,
+    headers: Headers,
+    ctx: RequestContext | None = None,
 ) -> None:
-    """Answer `exc` on `send`, unless the response has started (then only log it)."""
+    """Answer `exc` on `send`, unless the response has started (then only log it). The error
+    is noted on `ctx` either way (what the request ended with)."""
     error = to_api_error(exc, method, route)
+    if error is not None and ctx is not None:
+        ctx.note_error(error.type, error.code, error.message)
     if error is not None and not started:
         await send_error(send, error, headers)

@@ -3,6 +3,8 @@
 It sees every request, including unknown routes, errors and client disconnects, because it
 wraps the whole app. A request whose response never completed (the client went away first)
 is logged with status 499. Nothing here reads headers or bodies: no secret can reach the log.
+Observers (`on_finish`) see each finished request's context, final status and duration: that
+is where `completion.*` events are made (gateway/inference/completion_events.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable, Sequence
 
 from gateway.operations.metrics import Metrics
 from gateway.server.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -20,6 +23,9 @@ from protocol.ids import new_id
 access_log = logging.getLogger("gateway.access")
 CLIENT_CLOSED = 499
 REQUEST_ID_HEADER = b"x-request-id"
+# Called once per finished HTTP request with its context, final status and seconds taken;
+# must not block (it runs in the request's task, after the response).
+FinishObserver = Callable[[RequestContext, int, float], None]
 _CREDENTIAL = re.compile(r"(service_(?:mgmt|sk)_[A-Za-z]*_?)[A-Za-z0-9]+")
 
 
@@ -29,10 +35,18 @@ def redact(text: str) -> str:
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, *, log_requests: bool = True) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        *,
+        log_requests: bool = True,
+        on_finish: Sequence[FinishObserver] = (),
+    ) -> None:
         self.app = app
         self._metrics = metrics
         self._log_requests = log_requests
+        self._on_finish = tuple(on_finish)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -65,6 +79,11 @@ class RequestMiddleware:
         status = ctx.status if ctx.response_complete and ctx.status else CLIENT_CLOSED
         route = ctx.route or "unmatched"
         self._metrics.observe_request(ctx.method, route, status, seconds)
+        for observer in self._on_finish:
+            try:
+                observer(ctx, status, seconds)
+            except Exception:  # a bug in one must not fail the (answered) request
+                access_log.exception("a request observer failed on %s", route)
         if self._log_requests and access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 json.dumps(

@@ -251,3 +251,24 @@ async def test_a_large_batch_is_queued_in_order(storage: Storage) -> None:
     page = await storage.webhooks.deliveries(org.id, hook.id, limit=5000, after=None)
     log = [(d.event_id, d.position) for d, _ in reversed(page.items)]
     assert log == [(event_id, i + 1) for i, event_id in enumerate(written)]
+
+
+async def test_concurrent_fills_queue_each_event_once_in_order(storage: Storage) -> None:
+    org = await ws.org(storage)
+    hook = await ws.hook(storage, org)
+    async with storage.db.transaction() as tx:
+        written = [await events.append(tx, org.id, "key.created", {"i": i}) for i in range(40)]
+    await ws.readable(storage)
+    assert await storage.webhooks.claim(hook.id, "a", T0, TTL)
+    counts: list[int] = []
+
+    async def fill() -> None:
+        counts.append(await storage.webhooks.fill_queue(hook.id, "a", T0, limit=10))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(fill)
+    assert counts == [10, 10, 10, 10]
+    page = await storage.webhooks.deliveries(org.id, hook.id, limit=100, after=None)
+    log = [(d.event_id, d.position) for d, _ in reversed(page.items)]
+    assert log == [(event_id, i + 1) for i, event_id in enumerate(written)]

@@ -1,0 +1,91 @@
+"""`completion.error` and `completion.success` events, made from each finished inference
+request's context (a request middleware observer, gateway/web/middleware.py) and handed to the
+event writer (actors/event_writer.py), which writes them in batches: no commit per request.
+
+Only requests that were authenticated count (the org and key are known): an unauthenticated 401
+has no org to tell. Every 4xx/5xx answer is an error event, a client that left before the
+answer completed (499) included; successes are sampled at `[webhooks]
+completion_success_sample_rate`. Error data carries our own APIError's type, code and message
+(the one the client got), never an upstream's body or a credential (docs/webhooks.md).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection
+from typing import Any
+
+from actors.event_writer import EventWriter
+from gateway.web.context import RequestContext
+from storage.events import new_event
+
+COMPLETION_ERROR, COMPLETION_SUCCESS = "completion.error", "completion.success"
+CLIENT_CLOSED = 499
+_CLIENT_CLOSED_ERROR = (
+    "client_error",
+    "client_closed_request",
+    "The client closed the connection before the response was complete.",
+)
+
+
+class CompletionEvents:
+    def __init__(
+        self,
+        writer: EventWriter,
+        routes: Collection[str],
+        success_sample_rate: float,
+        *,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        self._writer = writer
+        self._routes = frozenset(routes)
+        self._rate = success_sample_rate
+        self._draw = draw  # uniform in [0, 1): rate 1.0 keeps every success, 0 none
+
+    def finished(self, ctx: RequestContext, status: int, seconds: float) -> None:
+        """The middleware's observer: at most one event for the request, never waiting."""
+        if ctx.route not in self._routes or ctx.org_id is None:
+            return
+        if status >= 400:
+            data = error_data(ctx, status, seconds)
+            self._writer.offer(new_event(ctx.org_id, COMPLETION_ERROR, data))
+        elif self._rate > 0 and self._draw() < self._rate:
+            data = success_data(ctx, status, seconds)
+            self._writer.offer(new_event(ctx.org_id, COMPLETION_SUCCESS, data))
+
+
+def _common(ctx: RequestContext, status: int, seconds: float) -> dict[str, Any]:
+    return {
+        "request_id": ctx.request_id,
+        "key_id": ctx.key_id,
+        "model": ctx.model,
+        "endpoint": ctx.route,
+        "status": status,
+        "latency_ms": round(seconds * 1000, 3),
+    }
+
+
+def error_data(ctx: RequestContext, status: int, seconds: float) -> dict[str, Any]:
+    if ctx.error_type is not None:
+        type, code, message = ctx.error_type, ctx.error_code, ctx.error_message
+    elif status == CLIENT_CLOSED:
+        type, code, message = _CLIENT_CLOSED_ERROR
+    else:  # an error status answered without an APIError (none today): say only the status
+        type = "server_error" if status >= 500 else "invalid_request_error"
+        code, message = None, f"The request failed with status {status}."
+    error = {"type": type, "code": code, "message": message}
+    return {**_common(ctx, status, seconds), "error": error}
+
+
+def success_data(ctx: RequestContext, status: int, seconds: float) -> dict[str, Any]:
+    data = _common(ctx, status, seconds)
+    data["stream"] = ctx.stream
+    if ctx.prompt_tokens is not None and ctx.completion_tokens is not None:
+        data["usage"] = {
+            "prompt_tokens": ctx.prompt_tokens,
+            "completion_tokens": ctx.completion_tokens,
+            "total_tokens": ctx.prompt_tokens + ctx.completion_tokens,
+        }
+    if ctx.cost_usd is not None:
+        data["cost_usd"] = ctx.cost_usd
+    return data
