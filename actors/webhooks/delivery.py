@@ -9,6 +9,7 @@ redelivery or a change may have replaced it). A due head is sent: the lease is r
 (an instance that lost it sends nothing new), the secrets are opened, the envelope is built from
 the stored row (the same bytes on every attempt) and the result recorded with the next due time.
 
+A secret that does not open (a wrong master key) holds the queue without spending retries.
 The actor returns — retires, is not restarted — when the lease is lost (a write or claim
 answered False), the subscription is gone or disabled, or its last retry failed (it was disabled
 by that). A storage error raises: the supervisor restarts it with backoff, and the head, still
@@ -26,7 +27,7 @@ from actors.webhooks.clock import WallClock
 from actors.webhooks.metrics import DeliveryMetrics
 from actors.webhooks.secrets import signing_secrets
 from actors.webhooks.sender import AttemptResult, WebhookSender
-from protocol.secretbox import SecretBox
+from protocol.secretbox import SecretBox, SecretBoxError
 from protocol.webhooks import (
     Outcome,
     delivery_headers,
@@ -48,6 +49,7 @@ from storage.webhooks import (
 _log = logging.getLogger("gateway.webhooks")
 
 FILL_BATCH = 100
+SECRET_RETRY_S = 60.0
 
 
 def actor_name(webhook_id: str) -> str:
@@ -158,7 +160,15 @@ class WebhookDelivery(Actor):
         if webhook is None or not webhook.enabled:
             return self._stop("subscription gone or disabled")
         started = clock.now_us()
-        secrets = signing_secrets(self._box, webhook, started)
+        try:
+            secrets = signing_secrets(self._box, webhook, started)
+        except SecretBoxError:
+            # Our side (a wrong master key, a damaged row), not the receiver's: nothing is
+            # sent, no retry is spent, and the instance stays healthy. Look again later.
+            self.last_error = "the signing secret cannot be opened"
+            _log.error("webhook %s: its signing secret cannot be opened", self.webhook_id)
+            await self._sleep(trio.Event(), trio.current_time() + SECRET_RETRY_S)
+            return True
         body = envelope(head.event_id, head.event_type, head.event_created_at, head.data_json)
         timestamp = started // 1_000_000
         headers = delivery_headers(head.event_id, head.event_type, timestamp, body, secrets)

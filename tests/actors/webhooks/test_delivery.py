@@ -354,3 +354,31 @@ async def test_an_idle_actor_picks_up_new_events_on_a_wake(
         nursery.cancel_scope.cancel()
     [arrival] = receiver.arrivals
     assert event_ids([arrival]) == [wanted]
+
+
+async def test_a_secret_that_does_not_open_holds_the_queue_without_spending_retries(
+    storage: Storage, mock_clock: trio.testing.MockClock, tls: ReceiverTLS, receiver: Receiver
+) -> None:
+    org = await storage.orgs.create("acme")
+    hook = await subscribe(storage, org, receiver.url)
+    # Sealed for another subscription: the context does not match, it never opens here.
+    sealed_elsewhere = BOX.seal("whsec_x", secret_context(org.id, "whk_other"))
+    await storage.db.execute(
+        "UPDATE webhooks SET secret_sealed = :s WHERE id = :id",
+        {"s": sealed_elsewhere, "id": hook.id},
+    )
+    event = await emit(storage, org, "key.created")
+    clock = WallClock()
+    await claimed(storage, hook, clock)
+    actor = delivery(storage, hook, tls, clock)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        await drive(mock_clock, actor, lambda: actor.last_error is not None)
+        for _ in range(5):  # a few looks later, still nothing sent
+            await drive(mock_clock, actor, lambda: actor.asleep_until is not None)
+            mock_clock.jump(60)
+            await real_pause()
+        nursery.cancel_scope.cancel()
+    assert actor.last_error == "the signing secret cannot be opened"
+    assert receiver.connections == 0 and actor.attempts == 0
+    assert await log(storage, hook) == [(event, "pending", 0)]
