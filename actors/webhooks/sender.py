@@ -218,11 +218,13 @@ class WebhookSender:
             with trio.move_on_at(deadline):
                 try:
                     target = parse_url(url, allow_http=self.allow_http)
-                    request = format_request(
-                        "POST", target.target, target.authority, _header_lines(headers), body
-                    )
                 except ValueError as exc:
                     raise _Failed(f"invalid URL: {exc}") from None
+                try:
+                    lines = _header_lines(headers)
+                except ValueError:  # ours, not the network's: a header we built is unsendable
+                    raise _Failed("invalid request headers") from None
+                request = format_request("POST", target.target, target.authority, lines, body)
                 stream = await self._open(target)
                 try:
                     await stream.send_all(request)

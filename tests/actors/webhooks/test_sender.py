@@ -24,6 +24,7 @@ from tests.webhook_receiver import (
     endless,
     make_tls,
     response,
+    serve_receiver,
 )
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -286,3 +287,32 @@ async def test_a_slowloris_head_is_cut_at_the_timeout(
     receiver.play(Stream(drip))
     result = await sender(tls).post(receiver.url, BODY, headers(["s"]))
     assert (result.status, result.error, result.duration_s) == (None, "timeout after 10 s", 10.0)
+
+
+async def test_an_allowed_ipv6_loopback_receiver_is_reached(tls: ReceiverTLS) -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    async with trio.open_nursery() as nursery:
+        receiver: Receiver = await nursery.start(
+            lambda task_status: serve_receiver(tls=tls.server, host="::1", task_status=task_status)
+        )
+        v6 = (ipaddress.ip_network("::1/128"),)
+        allowed = await sender(tls, allowed_networks=v6).post(receiver.url, BODY, headers(["s"]))
+        refused = await sender(tls).post(receiver.url, BODY, headers(["s"]))  # 127/8 only
+        nursery.cancel_scope.cancel()
+    assert (allowed.status, allowed.error) == (200, None)
+    assert refused.error == "refused address: loopback"
+    assert receiver.arrivals[0].header("Host") == f"[::1]:{receiver.port}"
+    assert len(receiver.arrivals) == 1
+
+
+async def test_a_header_with_a_line_break_is_never_sent(
+    tls: ReceiverTLS, receiver: Receiver
+) -> None:
+    smuggled = [*headers(["s"]), ("X-Event", "a\r\nX-Injected: 1")]
+    result = await sender(tls).post(receiver.url, BODY, smuggled)
+    assert (result.status, result.error) == (None, "invalid request headers")
+    assert receiver.connections == 0
