@@ -3,8 +3,8 @@
 
 Callers need a management key or a secret key holding `webhooks:manage`. Another
 organization's subscription is indistinguishable from a missing one (404 `webhook_not_found`)
-on every route. Secrets are stored sealed (protocol/secretbox.py, purpose `webhook-secrets`,
-context (org id, webhook id)) and never logged. Routes only write rows; delivery is the
+on every route. Secrets are stored sealed (actors/webhooks/secrets.py: the box and context the
+delivery actors open them with) and never logged. Routes only write rows; delivery is the
 dispatcher's, which `wake(webhook_id)` tells that a subscription has something new.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from actors.webhooks.secrets import secret_context, webhook_box
 from gateway.auth.principal import Principal
 from gateway.config.schema import WebhooksConfig
 from gateway.web import Operation, Request, Response, Routes, json_response
@@ -24,7 +25,6 @@ from protocol import errors
 from protocol.decoding import decode_json
 from protocol.ids import new_id
 from protocol.scopes import WEBHOOKS_MANAGE
-from protocol.secretbox import WEBHOOK_SECRETS, SecretBox
 from protocol.timefmt import now_us, to_iso
 from protocol.webhook_samples import sample_data
 from protocol.webhooks import generate_secret, secret_hint
@@ -61,11 +61,6 @@ _PAGING = (
     ("limit", "integer", f"page size, default {DEFAULT_LIMIT}, max {MAX_LIMIT}"),
     ("after", "string", "the `last_id` of the previous page"),
 )
-
-
-def sealing_context(org_id: str, webhook_id: str) -> tuple[str, str]:
-    """What a webhook secret's ciphertext is bound to: this org's subscription only."""
-    return (org_id, webhook_id)
 
 
 def _not_found(webhook_id: str) -> errors.APIError:
@@ -121,7 +116,7 @@ def since_us(value: str | int | float) -> int:
 
 def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wake) -> Routes:
     r = Routes()
-    box = SecretBox.for_purpose(master_key, WEBHOOK_SECRETS)
+    box = webhook_box(master_key)
     repo = storage.webhooks
 
     async def owned(org_id: str, webhook_id: str) -> WebhookRecord:
@@ -156,7 +151,7 @@ def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wa
             events=tuple(body.events),
             description=body.description,
             enabled=body.enabled,
-            secret_sealed=box.seal(secret, sealing_context(principal.org_id, webhook_id)),
+            secret_sealed=box.seal(secret, secret_context(principal.org_id, webhook_id)),
             secret_hint=secret_hint(secret),
         )
         record = await repo.create(new, now_us())
@@ -314,7 +309,7 @@ def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wa
             org_id,
             webhook_id,
             now,
-            secret_sealed=box.seal(secret, sealing_context(org_id, webhook_id)),
+            secret_sealed=box.seal(secret, secret_context(org_id, webhook_id)),
             secret_hint=secret_hint(secret),
             previous_secret_sealed=current.secret_sealed,
             previous_expires_at=now + int(config.secret_rotation_overlap_s * 1_000_000),

@@ -190,6 +190,8 @@ BAD_CREATES: list[tuple[dict[str, Any], str | None]] = [
     ({"url": "https://127.0.0.1:99999/", "events": ["*"]}, "url"),
     ({"url": "https://127.0.0.1:0/", "events": ["*"]}, "url"),
     ({"url": "https:///hooks", "events": ["*"]}, "url"),
+    ({"url": "https://a..b/hooks", "events": ["*"]}, "url"),  # not even encodable as a name
+    ({"url": "https://" + "x" * 70 + ".example/", "events": ["*"]}, "url"),
     ({"url": URL, "events": []}, "events"),
     ({"url": URL, "events": "*"}, "events"),
     ({"url": URL, "events": ["key.created", "nope"]}, "events[1]"),
