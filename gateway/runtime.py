@@ -20,8 +20,9 @@ from actors.relay import StreamRelays
 from actors.shared_holds import open_shared_holds
 from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
+from actors.webhooks import WebhookDispatcher, WebhookSettings, open_webhooks
 from gateway.auth import Authenticator
-from gateway.config import Config, ProviderConfig
+from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
 from gateway.credits.payments import PaymentProcessor, open_processor
 from gateway.inference.model_registry import ModelRegistry
@@ -49,6 +50,7 @@ class Runtime:
     payments: PaymentProcessor
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
     event_writer: EventWriter  # hot-path events (completion.*), written in batches
+    webhooks: WebhookDispatcher  # delivers the outbox to the subscriptions this instance holds
 
 
 def credential_hasher(config: Config) -> CredentialHasher:
@@ -89,10 +91,16 @@ async def open_runtime(
         payments = open_processor(config.billing.payment_provider)
         accountant = Accountant(storage.ledger, storage.orgs, payments, shared_holds)
         event_writer = EventWriter(storage.events)
-        for actor in (upstreams, relays, limiter, accountant, event_writer):
+        webhooks, janitor = open_webhooks(
+            storage.webhooks,
+            load_master_key(config.master_key, config.data_dir),
+            webhook_settings(config.webhooks),
+        )
+        for actor in (upstreams, relays, limiter, accountant, event_writer, webhooks, janitor):
             await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
+        _register_webhook_gauges(metrics, webhooks)
         nursery.start_soon(metrics.publish_gauges)
         registry = ModelRegistry(config.providers, config.models)
         try:
@@ -112,6 +120,7 @@ async def open_runtime(
                 payments,
                 provider_keys,
                 event_writer,
+                webhooks,
             )
         finally:
             nursery.cancel_scope.cancel()
@@ -128,6 +137,53 @@ def _client(provider: ProviderConfig) -> UpstreamClient:
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         max_response_bytes=provider.max_response_bytes,
+    )
+
+
+def webhook_settings(config: WebhooksConfig) -> WebhookSettings:
+    return WebhookSettings(
+        allowed_private_networks=config.allowed_private_networks,
+        allow_http=config.allow_http,
+        poll_interval_s=config.poll_interval_s,
+        lease_ttl_s=config.lease_ttl_s,
+        attempt_timeout_s=config.attempt_timeout_s,
+        retention_days=config.retention_days,
+    )
+
+
+def _register_webhook_gauges(metrics: Metrics, webhooks: WebhookDispatcher) -> None:
+    """Attempts by outcome on this instance, and the queues of the subscriptions it holds."""
+
+    def attempts() -> list[tuple[dict[str, str], float]]:
+        return [({"outcome": k}, float(v)) for k, v in webhooks.metrics.attempts.items()]
+
+    def queues(field: str) -> list[tuple[dict[str, str], float]]:
+        out = []
+        now_us = webhooks.clock.now_us()
+        for webhook_id, stats in sorted(webhooks.subscription_stats().items()):
+            if field == "pending":
+                value = stats.get("pending")
+            else:
+                oldest = stats.get("oldest_pending_created_at")
+                value = None if oldest is None else max(0, now_us - int(str(oldest))) / 1e6
+            if isinstance(value, int | float):
+                out.append(({"webhook_id": webhook_id}, float(value)))
+        return out
+
+    metrics.gauge(
+        "gateway_webhook_deliveries",
+        "Webhook delivery attempts by outcome since this instance started.",
+        attempts,
+    )
+    metrics.gauge(
+        "gateway_webhook_queue_depth",
+        "Pending deliveries of each subscription this instance delivers.",
+        lambda: queues("pending"),
+    )
+    metrics.gauge(
+        "gateway_webhook_oldest_pending_seconds",
+        "Age of the oldest pending delivery of each subscription this instance delivers.",
+        lambda: queues("oldest"),
     )
 
 

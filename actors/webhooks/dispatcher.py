@@ -74,7 +74,7 @@ class WebhookDispatcher(Supervisor):
             ssl_context=settings.ssl_context,
         )
         self._box = box
-        self._clock = clock or WallClock()
+        self.clock = clock or WallClock()
         self._held: dict[str, str] = {}  # webhook id -> org id, leases held after the last poll
         self._tried: dict[str, float] = {}  # webhook id -> Trio time of the last claim
         self._position: tuple[int, int] | None = None
@@ -140,7 +140,7 @@ class WebhookDispatcher(Supervisor):
 
     async def poll(self) -> None:
         """One round: leases, actors, wakes, statistics."""
-        repo, clock = self.repo, self._clock
+        repo, clock = self.repo, self.clock
         self.polls += 1
         ttl_us = round(self.settings.lease_ttl_s * 1_000_000)
         now = trio.current_time()
@@ -197,7 +197,7 @@ class WebhookDispatcher(Supervisor):
             owner=self.owner,
             box=self._box,
             sender=self.sender,
-            clock=self._clock,
+            clock=self.clock,
             lease_ttl_s=self.settings.lease_ttl_s,
             idle_poll_s=self.settings.idle_poll_s,
             metrics=self.metrics,
