@@ -30,10 +30,6 @@ def body_limits(server: ServerConfig) -> BodyLimits:
     )
 
 
-def _no_wake(webhook_id: str) -> None:
-    """Until the webhook dispatcher runs: deliveries are found by its poll."""
-
-
 def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     """The app wrapped in the request middleware. `extra` lets tests mount routes of their own."""
     server = runtime.config.server
@@ -62,7 +58,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
             runtime.storage,
             load_master_key(runtime.config.master_key, runtime.config.data_dir),
             runtime.config.webhooks,
-            _no_wake,  # TODO(wire): dispatcher.wake
+            runtime.webhooks.wake,
         ),
         operations.routes(runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations),
         *extra,

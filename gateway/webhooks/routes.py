@@ -48,7 +48,7 @@ from storage.open import Storage
 from storage.webhooks import NewWebhook
 from storage.webhooks import Webhook as WebhookRecord
 
-Wake = Callable[[str], None]
+Wake = Callable[[str], object]  # the dispatcher's wake (its answer is not needed)
 T = TypeVar("T")
 
 _TAG = "Webhooks"

@@ -7,12 +7,15 @@ loopback/private address unless its network is allowed)."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from protocol.credentials import CredentialKind
 from protocol.secretbox import WEBHOOK_SECRETS, SecretBox
@@ -21,17 +24,22 @@ from protocol.webhook_samples import SAMPLES
 from protocol.webhooks import EVENT_TYPES
 from storage.open import sqlite_path
 from storage.webhooks import Attempt
+from tests.actors.webhooks.support import signatures, verify
 from tests.gateway.keys_client import create_key, error_of
 from tests.gateway.test_secrets_at_rest import _all_cells
 from tests.harness import Gateway, gateway_config, running_gateway
+from tests.webhook_receiver import Receiver, serve_receiver
 
 PATH = "/v1/webhooks"
 URL = "https://127.0.0.1:9/hooks"  # allowed by the fixture's config; nothing listens on 9
 OVERLAP_S = 60
+# The dispatcher polls at start and then once an hour: these tests' subscriptions are not
+# delivered to (the delivery log test plays the delivery actor itself).
 TOML = f"""
 [webhooks]
 allowed_private_networks = ["127.0.0.0/8"]
 secret_rotation_overlap_s = {OVERLAP_S}
+poll_interval_s = 3600
 """
 OBJECT_FIELDS = {
     "id",
@@ -613,3 +621,58 @@ async def test_openapi_documents_the_webhook_routes(gw: Gateway) -> None:
         "404",
         "409",
     }
+
+
+# -- end to end: the dispatcher delivers what the API wrote ---------------------------------
+
+
+async def test_a_test_event_reaches_the_receiver_signed_with_the_returned_secret(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = (
+        '[webhooks]\nallowed_private_networks = ["127.0.0.0/8"]\nallow_http = true\n'
+        f"poll_interval_s = 0.05\nsecret_rotation_overlap_s = {OVERLAP_S}\n"
+    )
+    config = gateway_config(database_url, tmp_path, toml=toml)
+    async with trio.open_nursery() as nursery:
+        receiver: Receiver = await nursery.start(partial(serve_receiver, tls=None))
+        async with running_gateway(config) as gw:
+            created = await _created(gw, url=receiver.url, events=["key.created"])
+            at = f"{PATH}/{created['id']}"
+            sent = await gw.client.post(
+                f"{at}/test", json={"type": "budget.threshold"}, headers=gw.auth()
+            )
+            assert sent.status_code == 202, sent.text
+            with trio.fail_after(10):
+                [arrival] = await receiver.wait_for(1)
+            assert json.loads(arrival.body) == sent.json()
+            assert arrival.header("Service-Webhook-Id") == sent.json()["id"]
+            assert verify(created["secret"], arrival) and signatures(arrival) == 1
+
+            async def log() -> list[dict[str, Any]]:
+                r = await gw.client.get(f"{at}/deliveries", headers=gw.auth())
+                data: list[dict[str, Any]] = r.json()["data"]
+                return data
+
+            for _ in range(500):  # the outcome is written just after the receiver answered
+                if [d["status"] for d in await log()] == ["delivered"]:
+                    break
+                await trio.sleep(0.02)
+            [entry] = await log()
+            assert entry["event_id"] == sent.json()["id"] and entry["last_status_code"] == 200
+            assert [a["outcome"] for a in entry["attempt_log"]] == ["delivered"]
+
+            # After a rotation both secrets sign, for the overlap.
+            rotated = (await gw.client.post(f"{at}/rotate_secret", headers=gw.auth())).json()
+            await gw.client.post(f"{at}/test", json={"type": "key.created"}, headers=gw.auth())
+            with trio.fail_after(10):
+                second = (await receiver.wait_for(2))[1]
+            assert signatures(second) == 2
+            assert verify(rotated["secret"], second) and verify(created["secret"], second)
+            # A real event of a subscribed type follows, in order.
+            await create_key(gw, name="seen")
+            with trio.fail_after(10):
+                third = (await receiver.wait_for(3))[2]
+            assert json.loads(third.body)["type"] == "key.created"
+            assert json.loads(third.body)["data"]["key_name"] == "seen"
+        nursery.cancel_scope.cancel()
