@@ -8,10 +8,8 @@ newest first), until `previous_secret_expires_at`.
 
 from __future__ import annotations
 
-from protocol.secretbox import SecretBox
+from protocol.secretbox import WEBHOOK_SECRETS, SecretBox
 from storage.webhooks import Webhook
-
-WEBHOOK_SECRETS = "webhook-secrets"
 
 
 def webhook_box(master_key: bytes) -> SecretBox:

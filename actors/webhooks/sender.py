@@ -115,7 +115,10 @@ async def resolve(target: Target, allowed: Sequence[Network] = ()) -> list[SockA
         if literal.version == 4:
             return [(str(literal), target.port)]
         return [(str(literal), target.port, 0, 0)]
-    infos = await trio.socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    try:
+        infos = await trio.socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    except UnicodeError:  # the IDNA codec refuses the name (an empty or 64+ character label)
+        raise socket.gaierror("not a valid host name") from None
     found: list[SockAddr] = []
     for _family, _type, _proto, _name, sockaddr in infos:
         host = sockaddr[0]

@@ -236,6 +236,14 @@ async def test_an_unknown_name_does_not_resolve(tls: ReceiverTLS) -> None:
         await check_url("https://no-such-host.invalid/")
 
 
+@pytest.mark.parametrize("host", ["a..b", "x" * 64 + ".example"])
+async def test_a_name_the_idna_codec_refuses_does_not_resolve(tls: ReceiverTLS, host: str) -> None:
+    result = await sender(tls).post(f"https://{host}/", BODY, headers(["s"]))
+    assert (result.status, result.error) == (None, "DNS resolution failed")
+    with pytest.raises(ValueError, match="does not resolve"):
+        await check_url(f"https://{host}/")
+
+
 async def test_an_oversized_head_is_an_invalid_response(
     tls: ReceiverTLS, receiver: Receiver
 ) -> None:
