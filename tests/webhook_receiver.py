@@ -1,8 +1,7 @@
 """A webhook receiver for tests: an in-process Trio HTTPS (or HTTP) server on loopback that
 records every request exactly as it arrived and answers from a script.
 
-TLS uses a throwaway CA made here with `cryptography` (what `trustme` does; trustme is in the
-dev lock but not in every venv): `tls.server` serves a certificate for 127.0.0.1, ::1 and
+TLS uses a throwaway CA from `trustme`: `tls.server` serves a certificate for 127.0.0.1, ::1 and
 localhost; `tls.client()` is an `ssl.SSLContext` trusting that CA (give it to the sender).
 Each arrival keeps the raw head and body bytes, the parsed headers and the Trio time it was
 read (`trio.current_time()`, so MockClock tests can check the retry schedule to the second).
@@ -15,20 +14,13 @@ order; past the end of the script every request gets `default` (200 OK).
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import ssl
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import trio
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import trustme
 
 HANG = object()
 CLOSE = object()
@@ -69,72 +61,13 @@ class ReceiverTLS:
         return ctx
 
 
-def _name(text: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
-
-
-def _san(name: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(name))
-    except ValueError:
-        return x509.DNSName(name)
-
-
 def make_tls(*names: str) -> ReceiverTLS:
-    """A fresh CA and a server context for `names` (default: loopback and localhost)."""
-    now = datetime.datetime.now(datetime.UTC)
-    valid = (now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("webhook test CA"))
-        .issuer_name(_name("webhook test CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid[0])
-        .not_valid_after(valid[1])
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = names or ("127.0.0.1", "::1", "localhost")
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("webhook receiver"))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid[0])
-        .not_valid_after(valid[1])
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    """A fresh trustme CA and a server context for `names` (default: loopback and localhost)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert(*(names or ("127.0.0.1", "::1", "localhost")))
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    with tempfile.TemporaryDirectory() as tmp:  # load_cert_chain reads files only
-        chain, private = Path(tmp, "chain.pem"), Path(tmp, "key.pem")
-        chain.write_bytes(cert.public_bytes(pem))
-        private.write_bytes(key_pem)
-        server.load_cert_chain(chain, private)
-    return ReceiverTLS(ca_cert.public_bytes(pem), server)
+    cert.configure_cert(server)
+    return ReceiverTLS(ca.cert_pem.bytes(), server)
 
 
 @dataclass(frozen=True)
