@@ -93,14 +93,17 @@ class Http1Server:
             lifespan = _Lifespan(self._app)
             await lifespan_nursery.start(lifespan.run)
             async with trio.open_nursery() as connections:
-                async with trio.open_nursery() as accepting:
-                    for listener in listeners:
-                        accepting.start_soon(self._accept, listener, connections)
-                    task_status.started([_url(listener) for listener in listeners])
-                    await shutdown_trigger()
-                    accepting.cancel_scope.cancel()
-                for listener in listeners:
-                    await listener.aclose()
+                try:
+                    async with trio.open_nursery() as accepting:
+                        for listener in listeners:
+                            accepting.start_soon(self._accept, listener, connections)
+                        task_status.started([_url(listener) for listener in listeners])
+                        await shutdown_trigger()
+                        accepting.cancel_scope.cancel()
+                finally:  # also when cancelled from outside: no listening socket left open
+                    with trio.CancelScope(shield=True):
+                        for listener in listeners:
+                            await listener.aclose()
                 self.draining.set()
                 for scope in list(self._idle):
                     scope.cancel()

@@ -302,3 +302,12 @@ async def test_an_answer_before_a_small_unread_body_keeps_the_connection() -> No
         assert (first[0], second[0]) == (413, 413)
         assert b"connection: close" not in first[1].lower()
         await raw.aclose()
+
+
+async def test_a_server_cancelled_from_outside_closes_its_listening_sockets() -> None:
+    server = Http1Server(failing_app, ServerConfig())
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve, listeners, trio.sleep_forever)
+        nursery.cancel_scope.cancel()  # no shutdown trigger: the owner's scope went away
+    assert [listener.socket.fileno() for listener in listeners] == [-1] * len(listeners)
