@@ -10,13 +10,12 @@ from __future__ import annotations
 from actors.webhooks.clock import WallClock
 from actors.webhooks.dispatcher import WebhookDispatcher
 from actors.webhooks.janitor import WebhookJanitor
-from actors.webhooks.secrets import WEBHOOK_SECRETS, secret_context, webhook_box
+from actors.webhooks.secrets import secret_context, webhook_box
 from actors.webhooks.sender import WebhookSender, check_url
 from actors.webhooks.settings import WebhookSettings
 from storage.webhooks import WebhookRepository
 
 __all__ = [
-    "WEBHOOK_SECRETS",
     "WallClock",
     "WebhookDispatcher",
     "WebhookJanitor",
