@@ -1,6 +1,8 @@
 """The durable events outbox: rows written in the same transaction as the change they report.
 
-Delivery (webhooks) reads them later in `seq` order; nothing here sends anything.
+Delivery (webhooks) reads them later in outbox order, `(txid, seq)` (storage/webhooks.py);
+nothing here sends anything. `data` is stored as compact JSON text (msgspec: a few times faster
+than `json.dumps`, which matters for the hot path's batches) and sent verbatim.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from protocol.ids import new_id
 from protocol.timefmt import now_us
@@ -25,6 +29,13 @@ class Event:
     created_at: int
 
 
+def encode_data(data: dict[str, Any]) -> str:
+    return _encode(data).decode()
+
+
+_encode = msgspec.json.encode
+
+
 async def append(tx: Executor, org_id: str, type: str, data: dict[str, Any]) -> str:
     """Add an event inside the caller's transaction; returns its `evt_…` id."""
     event_id = new_id("evt")
@@ -35,7 +46,7 @@ async def append(tx: Executor, org_id: str, type: str, data: dict[str, Any]) -> 
             "id": event_id,
             "org_id": org_id,
             "type": type,
-            "data": json.dumps(data, separators=(",", ":")),
+            "data": encode_data(data),
             "now": now_us(),
         },
     )
@@ -64,10 +75,7 @@ _COLUMNS = ("id", "org_id", "type", "data", "created_at")
 async def append_many(tx: Executor, batch: Sequence[NewEvent]) -> None:
     """Add `batch` inside the caller's transaction, in one bulk insert (in order: `seq`
     follows the batch)."""
-    rows = [
-        (e.id, e.org_id, e.type, json.dumps(e.data, separators=(",", ":")), e.created_at)
-        for e in batch
-    ]
+    rows = [(e.id, e.org_id, e.type, encode_data(e.data), e.created_at) for e in batch]
     await tx.insert_many("events", _COLUMNS, rows)
 
 

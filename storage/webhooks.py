@@ -26,7 +26,7 @@ failed), cancelled (the subscription was disabled or changed while it waited).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -718,14 +718,23 @@ class WebhookRepository:
         return (0, 0) if row is None else (int(row["txid"]), int(row["seq"]))
 
     async def orgs_with_events_after(
-        self, position: tuple[int, int], *, limit: int
+        self, position: tuple[int, int], *, limit: int, orgs: Collection[str] | None = None
     ) -> tuple[set[str], tuple[int, int]]:
         """Orgs with outbox events past `position` that are safe to read, and the new
-        position (to wake their subscriptions' actors). Reads at most `limit` events."""
+        position (to wake their subscriptions' actors). Reads at most `limit` events; with
+        `orgs`, only theirs (the others' events are passed over)."""
+        params: dict[str, object] = {"t": position[0], "s": position[1], "limit": limit}
+        among = ""
+        if orgs is not None:
+            names = {f"o{i}": org for i, org in enumerate(sorted(orgs))}
+            if not names:
+                return set(), position
+            among = f" AND org_id IN ({', '.join(':' + n for n in names)})"
+            params.update(names)
         rows = await self._db.fetch(
-            "SELECT org_id, txid, seq FROM events WHERE (txid, seq) > (:t, :s)"
+            f"SELECT org_id, txid, seq FROM events WHERE (txid, seq) > (:t, :s){among}"
             f"{_horizon(self._db)} ORDER BY txid, seq LIMIT :limit",
-            {"t": position[0], "s": position[1], "limit": limit},
+            params,
         )
         if not rows:
             return set(), position

@@ -177,11 +177,17 @@ class WebhookDispatcher(Supervisor):
                     actor.pending = queue.pending
 
     async def _wake_orgs(self) -> None:
+        """Wake the actors of orgs with new outbox events. Only the held subscriptions' orgs
+        are read (an instance holding none reads nothing: the hot path's batches of
+        completion events cost it no scan)."""
+        if not self._held:
+            self._position = None
+            return
         if self._position is None:
             self._position = await self.repo.outbox_head()
             return  # every actor fills its queue as it starts
         orgs, self._position = await self.repo.orgs_with_events_after(
-            self._position, limit=_ORG_LIMIT
+            self._position, limit=_ORG_LIMIT, orgs=set(self._held.values())
         )
         if not orgs:
             return

@@ -237,6 +237,10 @@ async def test_outbox_head_and_orgs_with_events_after(storage: Storage) -> None:
     orgs, position = await wh.orgs_with_events_after(position, limit=2)
     assert orgs == {acme.id} and position == await wh.outbox_head()
     assert await wh.orgs_with_events_after(position, limit=2) == (set(), position)
+    # Among some orgs only: the others' events are passed over.
+    orgs, among = await wh.orgs_with_events_after(start, limit=10, orgs={other.id})
+    assert orgs == {other.id} and start < among < position
+    assert await wh.orgs_with_events_after(start, limit=10, orgs=set()) == (set(), start)
 
 
 async def test_a_large_batch_is_queued_in_order(storage: Storage) -> None:
