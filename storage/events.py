@@ -1,6 +1,6 @@
 """The durable events outbox: rows written in the same transaction as the change they report.
 
-Delivery (webhooks) reads them later in outbox order, `(txid, seq)` (storage/webhooks.py);
+Delivery (webhooks) reads them later in outbox order, `(txid, seq)` (storage/webhooks/);
 nothing here sends anything. `data` is stored as compact JSON text (msgspec: a few times faster
 than `json.dumps`, which matters for the hot path's batches) and sent verbatim.
 """

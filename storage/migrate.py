@@ -20,7 +20,7 @@ _DIALECT_MACROS = {
     "sqlite": {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "txid_default": "0"},
     "postgresql": {
         "serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-        # The writing transaction's id (xid8 fits a BIGINT): storage/webhooks.py, "Order".
+        # The writing transaction's id (xid8 fits a BIGINT): storage/webhooks/, "Order".
         "txid_default": "(pg_current_xact_id()::text::bigint)",
     },
 }

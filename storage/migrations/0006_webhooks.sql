@@ -1,6 +1,6 @@
 -- Webhook subscriptions, their delivery queues and the delivery log.
 
--- The outbox order across instances (storage/webhooks.py, "Order"): on PostgreSQL the id of the
+-- The outbox order across instances (storage/webhooks/, "Order"): on PostgreSQL the id of the
 -- transaction that wrote the event (sequence values are taken at insert, not at commit, so `seq`
 -- alone can show a later event before an earlier one commits); 0 on SQLite, whose one writer at a
 -- time already commits in `seq` order. `webhook_id` targets one subscription (a test event);

@@ -1,5 +1,5 @@
 """PostgreSQL: the outbox is read in `(txid, seq)` order behind the horizon of running
-transactions (storage/webhooks.py, "Order"), so an event that commits late is never skipped.
+transactions (storage/webhooks/, "Order"), so an event that commits late is never skipped.
 
 Transaction A writes first (the lower seq and the lower txid) and stays open; B writes an event
 for the same org and commits. Reading by `seq` alone would queue B's event and move the cursor

@@ -47,7 +47,7 @@ async def emit(storage: Storage, org: Org, type: str, **data: object) -> str:
 
 async def readable(storage: Storage) -> None:
     """Wait until every event written so far is readable: on PostgreSQL, behind the horizon
-    (storage/webhooks.py, "Order"), which any writing transaction in the cluster holds back
+    (storage/webhooks/, "Order"), which any writing transaction in the cluster holds back
     while it runs — other test runs on the same server included."""
     if storage.db.dialect != "postgresql":
         return
