@@ -67,8 +67,12 @@ class Forwarder:
         self._serving.cancel()
         await self._listener.aclose()
         self._listener = None
-        for stream in list(self._streams):
+        streams = list(self._streams)
+        # Every socket first, with no checkpoint in between: closing one lets its pipe tasks
+        # close their other side, whose socket would then be gone here.
+        for stream in streams:
             stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for stream in streams:
             await stream.aclose()
 
     async def restore(self) -> None:
