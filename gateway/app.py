@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway.config import ServerConfig
-from gateway.config.master_key import load_master_key
 from gateway.credits import routes as credits
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
@@ -56,7 +55,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
         webhooks.routes(
             runtime.storage,
-            load_master_key(runtime.config.master_key, runtime.config.data_dir),
+            runtime.master_key,
             runtime.config.webhooks,
             runtime.webhooks.wake,
         ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -51,21 +51,20 @@ class Runtime:
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
     event_writer: EventWriter  # hot-path events (completion.*), written in batches
     webhooks: WebhookDispatcher  # delivers the outbox to the subscriptions this instance holds
+    master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
 
 
-def credential_hasher(config: Config) -> CredentialHasher:
-    return CredentialHasher(derive_pepper(load_master_key(config.master_key, config.data_dir)))
-
-
-def provider_key_box(config: Config) -> SecretBox:
-    return SecretBox.for_purpose(load_master_key(config.master_key, config.data_dir), PROVIDER_KEYS)
+def credential_hasher(config: Config, master_key: bytes | None = None) -> CredentialHasher:
+    key = master_key or load_master_key(config.master_key, config.data_dir)
+    return CredentialHasher(derive_pepper(key))
 
 
 @asynccontextmanager
 async def open_runtime(
     config: Config, *, cache_poll_interval: float = 1.0, last_used_interval: float = 1.0
 ) -> AsyncIterator[Runtime]:
-    hasher = credential_hasher(config)
+    master_key = load_master_key(config.master_key, config.data_dir)
+    hasher = credential_hasher(config, master_key)
     async with (
         open_storage(config.database_url) as storage,
         open_rate_limiter(config.redis_url) as limiter,
@@ -76,7 +75,9 @@ async def open_runtime(
         await nursery.start(supervisor.run)
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
         auth = Authenticator(storage, hasher, note_use=last_used.note)
-        provider_keys = ProviderKeyResolver(storage.provider_keys, provider_key_box(config))
+        provider_keys = ProviderKeyResolver(
+            storage.provider_keys, SecretBox.for_purpose(master_key, PROVIDER_KEYS)
+        )
 
         def credentials_changed() -> None:  # a key or a provider key changed somewhere
             auth.invalidate_all()
@@ -93,7 +94,7 @@ async def open_runtime(
         event_writer = EventWriter(storage.events)
         webhooks, janitor = open_webhooks(
             storage.webhooks,
-            load_master_key(config.master_key, config.data_dir),
+            master_key,
             webhook_settings(config.webhooks),
         )
         for actor in (upstreams, relays, limiter, accountant, event_writer, webhooks, janitor):
@@ -121,6 +122,7 @@ async def open_runtime(
                 provider_keys,
                 event_writer,
                 webhooks,
+                master_key,
             )
         finally:
             nursery.cancel_scope.cancel()

@@ -51,3 +51,13 @@ async def test_cancelling_the_root_stops_every_actor(database_url: str, tmp_path
     async with open_runtime(config) as again:
         stored = await again.storage.keys.get(org.id, key.id)
         assert stored is not None and stored.last_used_at == 1234
+
+
+async def test_the_runtime_holds_the_master_key_once_and_never_shows_it(
+    database_url: str, tmp_path: Path
+) -> None:
+    config = gateway_config(database_url, tmp_path)
+    async with open_runtime(config) as runtime:
+        assert config.master_key is not None and runtime.master_key == config.master_key
+        shown = repr(runtime)
+        assert runtime.master_key.hex() not in shown and repr(runtime.master_key) not in shown
