@@ -50,10 +50,11 @@ def _chunks(blob: bytes, chunk_size: int) -> tuple[bytes, list[bytes]]:
 def _decrypt_in_pieces(blob: bytes, seed: int, key: bytes = KEY, file_id: str = FILE) -> bytes:
     rng = random.Random(seed)
     decryptor = Decryptor(key, file_id)
-    out, at = [], 0
+    out: list[bytes] = []
+    at = 0
     while at < len(blob):
         step = rng.choice((1, 2, 15, 16, 17, rng.randrange(1, 3 * SMALL), rng.randrange(1, 70_000)))
-        out.append(decryptor.feed(blob[at : at + step]))
+        out += decryptor.feed(blob[at : at + step])
         at += step
     out.append(decryptor.finish())
     return b"".join(out)
@@ -62,12 +63,13 @@ def _decrypt_in_pieces(blob: bytes, seed: int, key: bytes = KEY, file_id: str = 
 def _encrypt_in_pieces(content: bytes, seed: int, chunk_size: int) -> bytes:
     rng = random.Random(seed)
     encryptor = Encryptor(KEY, FILE, chunk_size)
-    out, at = [], 0
+    out: list[bytes] = []
+    at = 0
     while at < len(content):
         step = rng.choice((1, 7, rng.randrange(1, 2 * chunk_size + 2)))
-        out.append(encryptor.feed(content[at : at + step]))
+        out += encryptor.feed(content[at : at + step])
         at += step
-    out.append(encryptor.finish())
+    out += encryptor.finish()
     return b"".join(out)
 
 
@@ -170,7 +172,7 @@ def test_a_malformed_header_is_refused_before_any_output() -> None:
     ):
         decryptor = Decryptor(KEY, FILE)
         with pytest.raises(BlobCorrupt):
-            assert decryptor.feed(damaged) == b""
+            assert decryptor.feed(damaged) == []
             decryptor.finish()
 
 
@@ -179,10 +181,10 @@ def test_no_plaintext_before_its_chunk_authenticated() -> None:
     blob = bytearray(encrypt(KEY, FILE, content, SMALL))
     blob[HEADER_BYTES + 2 * (SMALL + TAG_BYTES) + SMALL + 3] ^= 0x01  # the tag of chunk 2
     decryptor = Decryptor(KEY, FILE)
-    given = []
+    given: list[bytes] = []
     with pytest.raises(BlobCorrupt):
         for byte in range(len(blob)):
-            given.append(decryptor.feed(blob[byte : byte + 1]))
+            given += decryptor.feed(blob[byte : byte + 1])
     assert b"".join(given) == content[: 2 * SMALL]  # chunks 0 and 1 only, each once whole
     with pytest.raises(BlobCorrupt):  # spent: later calls fail again, never resume
         decryptor.feed(bytes(blob[byte + 1 :]))
@@ -194,7 +196,8 @@ def test_a_truncated_stream_fails_at_finish() -> None:
     content = _content(3 * SMALL)
     blob = encrypt(KEY, FILE, content, SMALL)
     decryptor = Decryptor(KEY, FILE)
-    assert decryptor.feed(blob[:-TAG_BYTES]) == content  # every full chunk authenticated
+    given = decryptor.feed(blob[:-TAG_BYTES])  # every full chunk authenticated
+    assert given == [content[i : i + SMALL] for i in range(0, len(content), SMALL)]
     with pytest.raises(BlobCorrupt):
         decryptor.finish()  # but the empty final chunk is missing
 
@@ -267,25 +270,28 @@ def test_sizes_are_inverse_and_impossible_sizes_are_corrupt() -> None:
 def test_the_encryptor_emits_every_whole_chunk_at_once() -> None:
     """It holds less than one chunk: all it can emit after a feed, it emitted."""
     encryptor = Encryptor(KEY, FILE, SMALL)
-    fed = emitted = 0
+    fed, emitted = 0, []
     for piece in (1, SMALL - 2, 1, 1, 10 * SMALL + 3, 5, 1 << 20):
-        emitted += len(encryptor.feed(_content(piece)))
+        emitted += encryptor.feed(_content(piece))
         fed += piece
-        assert emitted == HEADER_BYTES + (fed // SMALL) * (SMALL + TAG_BYTES)
-    assert emitted + len(encryptor.finish()) == ciphertext_size(fed, SMALL)
+        sealed = SMALL + TAG_BYTES
+        assert [len(c) for c in emitted] == [HEADER_BYTES, *[sealed] * (fed // SMALL)]
+    (final,) = encryptor.finish()
+    assert len(final) == fed % SMALL + TAG_BYTES
 
 
 def test_the_decryptor_emits_every_whole_chunk_at_once() -> None:
     content = _content(40 * SMALL + 100)
     blob = encrypt(KEY, FILE, content, SMALL)
     decryptor = Decryptor(KEY, FILE)
-    fed = given = 0
+    fed, given = 0, []
     for piece in (3, HEADER_BYTES, SMALL + 2, 1, 5 * SMALL, 17 * (SMALL + TAG_BYTES) + 9):
-        given += len(decryptor.feed(blob[fed : fed + piece]))
+        given += decryptor.feed(blob[fed : fed + piece])
         fed += piece
-        assert given == max(0, fed - HEADER_BYTES) // (SMALL + TAG_BYTES) * SMALL
-    given += len(decryptor.feed(blob[fed:]))
-    assert given + len(decryptor.finish()) == len(content)
+        whole = max(0, fed - HEADER_BYTES) // (SMALL + TAG_BYTES)
+        assert given == [content[i * SMALL : (i + 1) * SMALL] for i in range(whole)]
+    given += decryptor.feed(blob[fed:])
+    assert b"".join([*given, decryptor.finish()]) == content
 
 
 def test_misuse_is_a_programming_error() -> None:
@@ -299,13 +305,13 @@ def test_misuse_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
         Encryptor(KEY, "")
     encryptor = Encryptor(KEY, FILE)
-    blob = encryptor.finish()
+    blob = b"".join(encryptor.finish())
     with pytest.raises(RuntimeError):
         encryptor.feed(b"more")
     with pytest.raises(RuntimeError):
         encryptor.finish()
     decryptor = Decryptor(KEY, FILE)
-    assert decryptor.feed(blob) == b"" and decryptor.finish() == b""
+    assert decryptor.feed(blob) == [] and decryptor.finish() == b""
     with pytest.raises(RuntimeError):
         decryptor.feed(b"")
     assert "key=***" in repr(encryptor) and "key=***" in repr(decryptor)
