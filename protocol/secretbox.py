@@ -10,6 +10,9 @@ are the associated data: a ciphertext copied to another row does not open there.
 prefix names the derivation and the cipher, so a later scheme (or a rotated master key) can be
 introduced beside this one and rows re-sealed at leisure.
 
+    wrap_data_key      a file's 256-bit data key sealed for the files table (purpose `file-keys`)
+    unwrap_data_key    ... and opened again; rotation is unwrap under the old master key, wrap
+                       under the new one (the content, sealed under the data key, is untouched)
     SecretBoxError     malformed, unknown version, or failed authentication (wrong key,
                        wrong context, tampered ciphertext) — never says which part was wrong
 """
@@ -35,6 +38,7 @@ _LABEL = "model-gateway/secretbox/{purpose}/v1"
 
 PROVIDER_KEYS = "provider-keys"
 WEBHOOK_SECRETS = "webhook-secrets"  # context: (org id, webhook id)
+FILE_KEYS = "file-keys"  # context: (org id, file id); see wrap_data_key
 
 
 class SecretBoxError(Exception):
@@ -99,3 +103,23 @@ class SecretBox:
             return plaintext.decode()
         except UnicodeDecodeError:  # only reachable with a forged tag: authenticated bytes
             raise SecretBoxError("sealed secret is not text") from None
+
+
+def wrap_data_key(box: SecretBox, data_key: bytes, context: Sequence[str]) -> str:
+    """A file's data key sealed by `box` (a `FILE_KEYS` box) for `context`: what the files table
+    stores. The key goes in as hex text, as the box seals text."""
+    if len(data_key) != _KEY_BYTES:
+        raise ValueError(f"a data key must be {_KEY_BYTES} bytes")
+    return box.seal(data_key.hex(), context)
+
+
+def unwrap_data_key(box: SecretBox, wrapped: str, context: Sequence[str]) -> bytes:
+    """The data key `wrap_data_key` sealed; SecretBoxError if it does not open or is no key."""
+    text = box.open(wrapped, context)
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise SecretBoxError("sealed data key is not hex") from None
+    if len(key) != _KEY_BYTES:
+        raise SecretBoxError("sealed data key has the wrong length")
+    return key
