@@ -9,6 +9,7 @@ from gateway.config.loader import ConfigError, load_config
 from gateway.config.schema import (
     BillingConfig,
     Config,
+    FilesConfig,
     ModelConfig,
     ProviderConfig,
     ServerConfig,
@@ -20,6 +21,7 @@ __all__ = [
     "BillingConfig",
     "Config",
     "ConfigError",
+    "FilesConfig",
     "ModelConfig",
     "ProviderConfig",
     "ServerConfig",

@@ -24,6 +24,7 @@ import gateway.config.schema as schema
 from gateway.config.schema import (
     BillingConfig,
     Config,
+    FilesConfig,
     ModelConfig,
     ProviderConfig,
     ServerConfig,
@@ -314,6 +315,38 @@ def _parse_billing(table: _Table) -> BillingConfig:
     return billing
 
 
+def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
+    store = table.get("store", schema.one_of(schema.BLOB_STORES), FilesConfig.store)
+    endpoint = table.get("s3_endpoint_url", schema.parse_http_url, None)
+    bucket = table.get("s3_bucket", schema.parse_bucket, None)
+    region = table.get("s3_region", schema.parse_region, None)
+    table.finish()
+    if store != "s3":
+        for name, value in (
+            ("s3_endpoint_url", endpoint),
+            ("s3_bucket", bucket),
+            ("s3_region", region),
+        ):
+            if value is not None:
+                raise table.error(name, 'applies only with store = "s3"')
+        return FilesConfig(store=store)
+    if bucket is None:
+        raise table.error("s3_bucket", 'is required with store = "s3"')
+    key_id = environ.get("AWS_ACCESS_KEY_ID", "").strip() or None
+    secret = environ.get("AWS_SECRET_ACCESS_KEY", "").strip() or None
+    if (key_id is None) != (secret is None):
+        missing = "AWS_SECRET_ACCESS_KEY" if secret is None else "AWS_ACCESS_KEY_ID"
+        raise ConfigError(ENVIRONMENT, missing, "must be set with its pair (or neither)")
+    return FilesConfig(
+        store=store,
+        s3_endpoint_url=endpoint,
+        s3_bucket=bucket,
+        s3_region=region,
+        s3_access_key_id=key_id,
+        s3_secret_access_key=secret,
+    )
+
+
 def _find_source(path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> str | None:
     if path is None:
         named = environ.get("GATEWAY_CONFIG", "")
@@ -374,6 +407,7 @@ def load_config(
     models = _parse_models(top.tables("models"), providers)
     webhooks = _parse_webhooks(top.table("webhooks"))
     billing = _parse_billing(top.table("billing"))
+    files = _parse_files(top.table("files"), env)
     top.finish()
 
     data_dir = _from_env(env, "GATEWAY_DATA_DIR", schema.parse_path) or data_dir
@@ -403,4 +437,5 @@ def load_config(
         webhooks=webhooks,
         billing=billing,
         log_level=_from_env(env, "GATEWAY_LOG_LEVEL", schema.parse_log_level) or log_level,
+        files=files,
     )

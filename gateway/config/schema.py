@@ -33,6 +33,7 @@ CAPABILITIES = frozenset(
 )
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 PAYMENT_PROVIDERS = frozenset({"test"})
+BLOB_STORES = ("local", "s3")
 PRICE_FIELDS = (
     "input_usd_per_mtok",
     "output_usd_per_mtok",
@@ -47,6 +48,10 @@ BOOTSTRAP_PREFIX = "service_mgmt_"
 _PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MASK = "***"
+# S3's bucket naming rules: 3-63 of lowercase letters, digits, "." and "-", letter or digit at
+# both ends (dotted-quad names, also refused by S3, are caught below).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
@@ -177,6 +182,31 @@ class BillingConfig:
 
 
 @dataclass(frozen=True, repr=False)
+class FilesConfig:
+    """`[files]`: where uploaded files' (encrypted) content lives.
+
+    "local": `<data_dir>/blobs/` on this host (the embedded default); "s3": a bucket on any
+    S3-compatible store, shared by every instance. The S3 credentials come from the standard
+    `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` variables only (None: boto3's own chain, e.g.
+    an instance role) and are never shown.
+    """
+
+    store: str = "local"
+    s3_endpoint_url: str | None = None  # None: AWS S3 itself
+    s3_bucket: str | None = None  # required for "s3"; created at start if missing
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+
+    def __repr__(self) -> str:
+        return _safe_repr(
+            self,
+            masked=frozenset({"s3_access_key_id", "s3_secret_access_key"}),
+            urls=frozenset({"s3_endpoint_url"}),
+        )
+
+
+@dataclass(frozen=True, repr=False)
 class Config:
     source: str | None  # the file the config came from, or None for pure defaults
     database_url: str  # sqlite:///... or postgresql://... (postgres:// is normalised)
@@ -191,6 +221,7 @@ class Config:
     webhooks: WebhooksConfig
     billing: BillingConfig
     log_level: str = "INFO"
+    files: FilesConfig = FilesConfig()
 
     def __repr__(self) -> str:
         return _safe_repr(
@@ -378,6 +409,22 @@ def parse_bootstrap_key(value: object) -> str:
         if len(value) - len(BOOTSTRAP_PREFIX) >= 16:
             return value
     raise InvalidValue(f'must be "{BOOTSTRAP_PREFIX}" followed by at least 16 characters')
+
+
+def parse_bucket(value: object) -> str:
+    if isinstance(value, str) and _BUCKET.fullmatch(value) and ".." not in value:
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+){3}", value):
+            return value
+    raise InvalidValue(
+        "must be an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', a letter or "
+        f"digit at both ends), got {describe(value)}"
+    )
+
+
+def parse_region(value: object) -> str:
+    if isinstance(value, str) and _REGION.fullmatch(value):
+        return value
+    raise InvalidValue(f'must be a region name such as "us-east-1", got {describe(value)}')
 
 
 def parse_cidr(value: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network:

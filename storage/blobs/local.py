@@ -1,0 +1,226 @@
+"""The local blob store: one file per object under a directory (`<data_dir>/blobs/` by
+default), for a single host.
+
+A write goes to a new file in `<root>/.tmp/` (same filesystem, so the final rename is atomic),
+is fsynced, renamed onto `<root>/<key>` and the directory entry fsynced: a reader sees the
+whole object or none. Abort (and cancellation, through the writer's `async with`) unlinks the
+temporary; a crash leaves one in `.tmp/`, unreachable by any key (segments start with a letter
+or digit), for `remove_stale()`. Blocking calls run in Trio's worker threads, batched to at
+least `WRITE_BATCH` bytes per hop.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from storage.blobs.interface import (
+    READ_CHUNK,
+    BlobNotFound,
+    BlobReader,
+    BlobStore,
+    BlobStoreUnavailable,
+    BlobWriter,
+    validate_key,
+)
+
+WRITE_BATCH = 1024 * 1024
+TMP_DIR = ".tmp"
+T = TypeVar("T")
+
+
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """Run blocking file I/O in a worker thread; disk errors become `BlobStoreUnavailable`."""
+    try:
+        return await trio.to_thread.run_sync(fn)
+    except (BlobNotFound, FileNotFoundError):
+        raise
+    except OSError as exc:
+        raise BlobStoreUnavailable(f"blob store I/O failed: {exc.strerror or exc}") from exc
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalBlobStore(BlobStore):
+    def __init__(self, root: Path) -> None:
+        """Create `root` and its temporaries directory if missing (a blocking call: at start)."""
+        self.root = Path(root)
+        self._tmp = self.root / TMP_DIR
+        self._tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def describe(self) -> str:
+        return f"local directory {self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / validate_key(key)
+
+    async def open_writer(self, key: str) -> BlobWriter:
+        path = self._path(key)
+        tmp = self._tmp / f"{secrets.token_hex(16)}.part"
+        fd = await _in_thread(
+            lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        )
+        return _LocalWriter(key, self.root, path, tmp, fd)
+
+    async def read(self, key: str) -> BlobReader:
+        path = self._path(key)
+
+        def open_file() -> tuple[int, int]:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except (FileNotFoundError, NotADirectoryError):
+                raise BlobNotFound(key) from None
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+                raise BlobNotFound(key)
+            return fd, info.st_size
+
+        fd, size = await _in_thread(open_file)
+        return _LocalReader(key, size, fd)
+
+    async def size(self, key: str) -> int:
+        path = self._path(key)
+
+        def regular_size() -> int:
+            try:
+                info = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise BlobNotFound(key) from None
+            if not stat.S_ISREG(info.st_mode):
+                raise BlobNotFound(key)
+            return info.st_size
+
+        return await _in_thread(regular_size)
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.size(key)
+        except BlobNotFound:
+            return False
+        return True
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+
+        def unlink() -> None:
+            try:
+                os.unlink(path)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return  # nothing stored under the key (a directory is not an object)
+            _fsync_dir(path.parent)
+
+        await _in_thread(unlink)
+
+    async def remove_stale(self, older_than_s: float) -> int:
+        def sweep() -> int:
+            cutoff = time.time() - older_than_s
+            removed = 0
+            for entry in os.scandir(self._tmp):
+                try:
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    pass  # its writer finished or aborted meanwhile
+            return removed
+
+        return await _in_thread(sweep)
+
+
+class _LocalWriter(BlobWriter):
+    def __init__(self, key: str, root: Path, path: Path, tmp: Path, fd: int) -> None:
+        super().__init__(key)
+        self._root = root
+        self._path = path
+        self._tmp = tmp
+        self._fd: int | None = fd
+        self._buffer = bytearray()
+
+    async def _flush(self) -> None:
+        if not self._buffer:
+            return
+        pending, self._buffer = self._buffer, bytearray()
+        fd = self._fd
+        assert fd is not None
+        await _in_thread(lambda: _write_all(fd, pending))
+
+    async def _write(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        if len(self._buffer) >= WRITE_BATCH:
+            await self._flush()
+
+    async def _commit(self) -> None:
+        await self._flush()
+        fd = self._fd
+        assert fd is not None
+
+        def publish() -> None:
+            os.fsync(fd)
+            os.close(fd)
+            self._fd = None
+            created = []
+            parent = self._path.parent
+            while not parent.exists():
+                created.append(parent)
+                parent = parent.parent
+            self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.replace(self._tmp, self._path)
+            _fsync_dir(self._path.parent)
+            for directory in created:  # new directories' own entries, up to an existing one
+                _fsync_dir(directory.parent)
+
+        await _in_thread(publish)
+
+    async def _abort(self) -> None:
+        self._buffer = bytearray()
+        fd, self._fd = self._fd, None
+
+        def discard() -> None:
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+
+        try:
+            await _in_thread(discard)
+        except BlobStoreUnavailable:
+            pass  # left for remove_stale(); a reader can never see it
+
+
+class _LocalReader(BlobReader):
+    def __init__(self, key: str, size: int, fd: int) -> None:
+        super().__init__(key, size)
+        self._fd: int | None = fd
+
+    async def _next(self) -> bytes:
+        fd = self._fd
+        if fd is None:
+            return b""
+        return await _in_thread(lambda: os.read(fd, READ_CHUNK))
+
+    async def aclose(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
