@@ -1,0 +1,166 @@
+"""Streaming JSONL framing: split pieces of any size into lines, bounded, and check each.
+
+A subclass implements `_check(line, number)` for one non-blank line (a memoryview without its
+`\n`; a trailing `\r` is JSON whitespace and left to the decoder) and `_check_end()`.
+
+Rules (docs/decisions.md, "File validation"):
+
+- A line longer than `MAX_LINE_BYTES` is an error as soon as the limit is passed; it is never
+  buffered beyond it. Memory is one carried partial line plus the caller's piece.
+- Every line must be UTF-8 (msgspec skips unknown fields without checking their bytes, so the
+  line is decoded once more here).
+- Blank lines (empty or whitespace only) are skipped but counted, so line numbers match an
+  editor's; a file with no non-blank line is an error. A UTF-8 byte order mark is refused with a
+  message saying so.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol.files.errors import InvalidFile
+
+MAX_LINE_BYTES = 8 * 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
+_BLANK = b" \t\r\n"
+CODE = "invalid_jsonl"
+
+
+def line_error(number: int, what: str) -> InvalidFile:
+    return InvalidFile(CODE, f"line {number}: {what}")
+
+
+def quote(value: str, limit: int = 40) -> str:
+    """A client's string in a message, shortened: the error stays small whatever it sent."""
+    shown = value if len(value) <= limit else value[:limit] + "…"
+    return repr(shown)
+
+
+def decode_failure(exc: Exception, line: memoryview, number: int) -> InvalidFile | None:
+    """The error for a line msgspec refused, or None when the line is blank (to be skipped)."""
+    raw = bytes(line)
+    if not raw.strip(_BLANK):
+        return None
+    if number == 1 and raw.startswith(_BOM):
+        return line_error(
+            number, "the file starts with a UTF-8 byte order mark (BOM); save it without one"
+        )
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return line_error(number, "not valid UTF-8")
+    if isinstance(exc, msgspec.ValidationError):
+        return line_error(number, _validation_text(str(exc)))
+    return line_error(number, "not valid JSON")
+
+
+def _validation_text(text: str) -> str:
+    """msgspec's "Expected `str`, got `int` - at `$.messages[0].role`" as "messages[0].role: …"."""
+    marker = " - at `$"
+    cut = text.rfind(marker)
+    if cut < 0:
+        return _lower_first(text)
+    path = text[cut + len(marker) : -1].lstrip(".")
+    body = _lower_first(text[:cut])
+    if body.startswith("object missing required field"):
+        field = body.split("`")[1]
+        return f"{path + '.' if path else ''}{field} is missing"
+    return f"{path}: {body}" if path else body
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+class JsonlValidator:
+    """Feed pieces, then `finish()`; raises `InvalidFile` at the first bad line."""
+
+    media_type = "application/jsonl"
+
+    def __init__(self) -> None:
+        self._carry = bytearray()
+        self._line = 0  # number of the last line completed
+        self._examples = 0
+        self._failed: InvalidFile | None = None
+        self._finished = False
+
+    def feed(self, piece: bytes | bytearray | memoryview) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        try:
+            self._feed(piece if isinstance(piece, bytes) else bytes(piece))
+        except InvalidFile as exc:
+            self._failed = exc
+            raise
+
+    def finish(self) -> str:
+        """Check the last line (no final newline needed); returns the media type to store."""
+        if self._failed is not None:
+            raise self._failed
+        self._finished = True
+        try:
+            if self._carry:
+                self._complete(memoryview(self._carry))
+                self._carry.clear()
+            if self._examples == 0:
+                raise InvalidFile(CODE, "the file has no lines; expected one JSON object a line")
+            self._check_end()
+        except InvalidFile as exc:
+            self._failed = exc
+            raise
+        return self.media_type
+
+    def _feed(self, data: bytes) -> None:
+        find = data.find
+        piece = memoryview(data)
+        start = 0
+        end = len(data)
+        if self._carry:
+            nl = find(b"\n")
+            if nl < 0:
+                self._grow(piece)
+                return
+            self._grow(piece[:nl])
+            self._complete(memoryview(self._carry))
+            self._carry.clear()
+            start = nl + 1
+        while True:
+            nl = find(b"\n", start, end)
+            if nl < 0:
+                break
+            if nl - start > MAX_LINE_BYTES:
+                raise self._too_long(self._line + 1)
+            self._complete(piece[start:nl])
+            start = nl + 1
+        if start < end:
+            self._grow(piece[start:])
+
+    def _grow(self, part: memoryview) -> None:
+        if len(self._carry) + len(part) > MAX_LINE_BYTES:
+            raise self._too_long(self._line + 1)
+        self._carry += part
+
+    def _too_long(self, number: int) -> InvalidFile:
+        return line_error(number, f"longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB")
+
+    def _complete(self, line: memoryview) -> None:
+        self._line += 1
+        if self._check(line, self._line):
+            self._examples += 1
+
+    def _check(self, line: memoryview, number: int) -> bool:
+        """Validate one line; False if it was blank (skipped)."""
+        raise NotImplementedError
+
+    def _check_end(self) -> None:
+        """Checks that need the whole file (none by default)."""
+
+
+def utf8(line: memoryview, number: int) -> None:
+    """Every byte of the line must be UTF-8, including the ones the decoder skipped over."""
+    try:
+        str(line, "utf-8")
+    except UnicodeDecodeError:
+        raise line_error(number, "not valid UTF-8") from None
