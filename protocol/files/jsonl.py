@@ -58,13 +58,11 @@ def _validation_text(text: str) -> str:
     """msgspec's "Expected `str`, got `int` - at `$.messages[0].role`" as "messages[0].role: …"."""
     marker = " - at `$"
     cut = text.rfind(marker)
-    if cut < 0:
-        return _lower_first(text)
-    path = text[cut + len(marker) : -1].lstrip(".")
-    body = _lower_first(text[:cut])
-    if body.startswith("object missing required field"):
+    path = text[cut + len(marker) : -1].lstrip(".") if cut >= 0 else ""
+    body = _lower_first(text[:cut] if cut >= 0 else text)
+    if body.startswith("object missing required field `"):
         field = body.split("`")[1]
-        return f"{path + '.' if path else ''}{field} is missing"
+        return f"{path}.{field} is missing" if path else f"{field} is missing"
     return f"{path}: {body}" if path else body
 
 
