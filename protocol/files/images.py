@@ -70,6 +70,7 @@ class ImageValidator:
         self._buf = bytearray()
         self._header: _Header | None = None
         self._total = 0
+        self._head = b""  # the first bytes, to tell a truncated magic from another format
         self._tail = b""
         self._failed: InvalidFile | None = None
 
@@ -86,6 +87,8 @@ class ImageValidator:
             raise self._failed
         data = piece if isinstance(piece, bytes) else bytes(piece)
         self._total += len(data)
+        if len(self._head) < 12:
+            self._head = (self._head + data[:12])[:12]
         self._tail = (self._tail + data[-len(PNG_IEND) :])[-len(PNG_IEND) :]
         if self._header is None:
             try:
@@ -109,6 +112,8 @@ class ImageValidator:
         if self._total == 0:
             raise InvalidFile("invalid_image", "The image is empty.")
         if self.format is None:
+            if _magic_prefix(self._head):
+                raise _invalid("truncated before its dimensions")
             raise _unsupported()
         if self._header is None:
             raise _invalid("truncated before its dimensions")
@@ -172,6 +177,14 @@ def _unsupported() -> InvalidFile:
     return InvalidFile(
         "unsupported_image_format", "The image must be PNG, JPEG or WEBP (by its content)."
     )
+
+
+def _magic_prefix(head: bytes) -> bool:
+    """True if `head` (shorter than any magic) could be the start of a supported image."""
+    riff = b"RIFF????WEBP"
+    if all(a == b or b == ord("?") for a, b in zip(head, riff, strict=False)):
+        return len(head) < len(riff)
+    return PNG_SIGNATURE.startswith(head) or b"\xff\xd8".startswith(head)
 
 
 def _check_limits(header: _Header) -> None:
