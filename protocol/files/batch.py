@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from protocol.files.jsonl import JsonlValidator, decode_failure, line_error, quote, utf8
+from protocol.files.jsonl import JsonlValidator, line_error, quote
 
 BATCH_URLS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses")
 MAX_REQUESTS = 50_000
@@ -25,42 +25,55 @@ MAX_REQUESTS = 50_000
 BatchURL = Literal["/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"]
 
 
-class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
+class BatchRequest(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     custom_id: str
     method: Literal["POST"]
     url: BatchURL
     body: msgspec.Raw
 
 
-_decoder = msgspec.json.Decoder(BatchRequest)
+def _digest(custom_id: str) -> bytes:
+    return hashlib.blake2b(custom_id.encode(), digest_size=16).digest()
 
 
 class BatchValidator(JsonlValidator):
     """Validates a `batch` upload line by line as it streams."""
 
+    decoder = msgspec.json.Decoder(BatchRequest)
+
     def __init__(self) -> None:
         super().__init__()
         self._seen: dict[bytes, int] = {}
 
-    def _check(self, line: memoryview, number: int) -> bool:
-        try:
-            request = _decoder.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            failure = decode_failure(exc, line, number)
-            if failure is None:
+    def _accept(self, objs: list[BatchRequest]) -> bool:
+        seen = self._seen
+        if len(seen) + len(objs) > MAX_REQUESTS:
+            return False
+        digests = []
+        for request in objs:
+            if not request.custom_id or bytes(memoryview(request.body)[:1]) != b"{":
                 return False
-            raise failure from None
-        utf8(line, number)
+            digest = _digest(request.custom_id)
+            if digest in seen:
+                return False
+            digests.append(digest)
+        if len(set(digests)) != len(digests):
+            return False
+        number = self._line
+        for digest in digests:
+            number += 1
+            seen[digest] = number
+        return True
+
+    def _example(self, request: BatchRequest, number: int) -> None:
         if not request.custom_id:
             raise line_error(number, "custom_id is empty")
         if bytes(memoryview(request.body)[:1]) != b"{":
             raise line_error(number, "body must be a JSON object")
         if len(self._seen) >= MAX_REQUESTS:
             raise line_error(number, f"more than {MAX_REQUESTS:,} requests in one batch file")
-        digest = hashlib.blake2b(request.custom_id.encode(), digest_size=16).digest()
-        first = self._seen.setdefault(digest, number)
+        first = self._seen.setdefault(_digest(request.custom_id), number)
         if first != number:
             raise line_error(
                 number, f"custom_id {quote(request.custom_id)} is already used on line {first}"
             )
-        return True

@@ -24,35 +24,35 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.files.jsonl import JsonlValidator, decode_failure, line_error, quote, utf8
+from protocol.files.jsonl import JsonlValidator, line_error, quote
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
-class FunctionCall(msgspec.Struct):
+class FunctionCall(msgspec.Struct, gc=False):
     name: str
     arguments: str
 
 
-class ToolCall(msgspec.Struct):
+class ToolCall(msgspec.Struct, gc=False):
     id: str
     type: Literal["function"]
     function: FunctionCall
 
 
-class TextPart(msgspec.Struct, tag="text", tag_field="type"):
+class TextPart(msgspec.Struct, gc=False, tag="text", tag_field="type"):
     text: str
 
 
-class ImageURL(msgspec.Struct):
+class ImageURL(msgspec.Struct, gc=False):
     url: str
 
 
-class ImagePart(msgspec.Struct, tag="image_url", tag_field="type"):
+class ImagePart(msgspec.Struct, gc=False, tag="image_url", tag_field="type"):
     image_url: ImageURL
 
 
-class Message(msgspec.Struct):
+class Message(msgspec.Struct, gc=False):
     role: str
     content: str | list[TextPart | ImagePart] | None = None
     name: str | None = None
@@ -62,28 +62,41 @@ class Message(msgspec.Struct):
     tool_call_id: str | None = None
 
 
-class Example(msgspec.Struct):
+class Example(msgspec.Struct, gc=False):
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     functions: list[dict[str, Any]] | None = None
     parallel_tool_calls: bool | None = None
 
 
-_decoder = msgspec.json.Decoder(Example)
-
-
 class FineTuneValidator(JsonlValidator):
     """Validates a `fine-tune` upload line by line as it streams."""
 
-    def _check(self, line: memoryview, number: int) -> bool:
-        try:
-            example = _decoder.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            failure = decode_failure(exc, line, number)
-            if failure is None:
+    decoder = msgspec.json.Decoder(Example)
+
+    def _accept(self, objs: list[Example]) -> bool:
+        for example in objs:
+            assistant = False
+            for message in example.messages:
+                if message.role == "assistant":
+                    assistant = True
+                    if message.content is None and not (
+                        message.tool_calls or message.function_call
+                    ):
+                        return False
+                elif (
+                    message.content is None
+                    or message.role not in ROLES
+                    or message.weight is not None
+                    or message.tool_calls is not None
+                    or message.function_call is not None
+                ):
+                    return False
+            if not assistant:
                 return False
-            raise failure from None
-        utf8(line, number)
+        return True
+
+    def _example(self, example: Example, number: int) -> None:
         messages = example.messages
         if not messages:
             raise line_error(number, "messages is empty")
@@ -110,4 +123,3 @@ class FineTuneValidator(JsonlValidator):
                     )
         if not assistant:
             raise line_error(number, "messages has no assistant message")
-        return True

@@ -4,13 +4,14 @@ lines, bad bytes, splits at every byte), then every rule with its line number.""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterable
 
 import pytest
 
 from protocol.files import InvalidFile, validator_for
 from protocol.files.batch import MAX_REQUESTS
-from protocol.files.jsonl import MAX_LINE_BYTES
+from protocol.files.jsonl import FAST_MIN_LINES, MAX_LINE_BYTES
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
 
@@ -349,3 +350,78 @@ def test_a_batch_file_holds_at_most_the_request_limit() -> None:
     assert _validate("batch", data, 65536) == "application/jsonl"
     error = _error("batch", data + template % MAX_REQUESTS, 65536)
     assert error.message == f"line {MAX_REQUESTS + 1}: more than 50,000 requests in one batch file"
+
+
+# --- the fast path (whole pieces) and the line path agree ----------------------------------
+
+GOOD = _line(CHAT)
+TRICKY_LINES = [
+    GOOD,
+    GOOD + b" " + GOOD,  # two objects on one line
+    b"",  # blank
+    b"   ",
+    GOOD[:-1],  # an object continued on the next line
+    b"}",
+    b'{"messages":',
+    b"[" + GOOD + b"]",
+    b" " + GOOD,
+    GOOD + b"\r",
+    GOOD.replace(b"yo", b"\xc3\xa9"),  # é
+    GOOD.replace(b"yo", b"\xc3"),  # cut character
+    _line({"messages": [{"role": "user", "content": "x"}]}),
+    _line({"messages": []}),
+    b"{}",
+]
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_whole_pieces_and_single_bytes_give_the_same_verdict(seed: int) -> None:
+    rng = random.Random(seed)
+    # Many lines in a piece take the fast path, so most are good and a few tricky.
+    count = rng.choice([rng.randint(1, 6), rng.randint(FAST_MIN_LINES, 3 * FAST_MIN_LINES)])
+    lines = [GOOD] * count
+    for _ in range(rng.randint(0, 3)):
+        lines[rng.randrange(count)] = rng.choice(TRICKY_LINES)
+    newline = rng.choice([b"\n", b"\r\n"])
+    data = newline.join(lines) + rng.choice([b"", newline])
+    verdicts = []
+    for size in (None, 1, rng.randint(2, 40)):
+        try:
+            verdicts.append(_validate("fine-tune", data, size))
+        except InvalidFile as exc:
+            verdicts.append(exc.message)
+    assert verdicts[0] == verdicts[1] == verdicts[2], data
+
+
+def test_two_objects_on_a_line_beside_a_blank_line_are_refused_in_one_piece() -> None:
+    many = (GOOD + b"\n") * FAST_MIN_LINES
+    data = many + GOOD + b" " + GOOD + b"\n\n" + many
+    assert _error("fine-tune", data).message == f"line {FAST_MIN_LINES + 1}: not valid JSON"
+    spanning = many + b'{"a":{}\n,"b":1}\n' + GOOD + b" " + GOOD + b"\n" + many
+    assert _error("fine-tune", spanning).message == f"line {FAST_MIN_LINES + 1}: not valid JSON"
+
+
+def test_many_short_lines_in_one_piece_are_checked_line_by_line_on_doubt() -> None:
+    many = (GOOD + b"\n") * (3 * FAST_MIN_LINES)
+    robot = _line({"messages": [{"role": "robot", "content": "x"}, CHAT["messages"][1]]})
+    error = _error("fine-tune", many + robot + b"\n" + many)
+    assert (
+        error.message
+        == f"line {3 * FAST_MIN_LINES + 1}: messages[0].role 'robot' is not a known role"
+    )
+    assert _validate("fine-tune", many + many) == "application/jsonl"
+
+
+def test_a_file_ending_inside_a_character_is_refused() -> None:
+    data = GOOD + b"\n" + GOOD.replace(b'"yo"}', b'"yo"} \xe2\x82')
+    assert _error("fine-tune", data).message == "line 2: not valid UTF-8"
+    assert _error("fine-tune", data + b"\n").message == "line 2: not valid UTF-8"
+
+
+def test_batch_duplicates_inside_one_piece_and_across_pieces() -> None:
+    lines = [_line(_request(f"r{i}")) for i in range(100)]  # more than FAST_MIN_LINES
+    dup_inside = b"\n".join([*lines, _line(_request("r5"))]) + b"\n"
+    assert (
+        _error("batch", dup_inside).message == "line 101: custom_id 'r5' is already used on line 6"
+    )
+    assert _error("batch", dup_inside, 1000).message.endswith("already used on line 6")
