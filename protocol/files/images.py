@@ -73,6 +73,7 @@ class ImageValidator:
         self._head = b""  # the first bytes, to tell a truncated magic from another format
         self._tail = b""
         self._failed: InvalidFile | None = None
+        self._finished = False
 
     @property
     def width(self) -> int | None:
@@ -85,6 +86,8 @@ class ImageValidator:
     def feed(self, piece: bytes | bytearray | memoryview) -> None:
         if self._failed is not None:
             raise self._failed
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
         data = piece if isinstance(piece, bytes) else bytes(piece)
         self._total += len(data)
         if len(self._head) < 12:
@@ -101,6 +104,7 @@ class ImageValidator:
         """The media type (image/png, image/jpeg, image/webp) of a valid image."""
         if self._failed is not None:
             raise self._failed
+        self._finished = True
         try:
             header = self._check_end()
         except InvalidFile as exc:

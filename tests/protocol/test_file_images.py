@@ -264,3 +264,9 @@ def _check_limit(data: bytes, width: int, height: int, code: str | None) -> None
     assert caught.value.api_error().status == 400
     with pytest.raises(InvalidFile):
         validator.finish()
+
+
+def test_feed_after_finish_is_a_bug() -> None:
+    validator = _validate(_png(2, 2))
+    with pytest.raises(RuntimeError):
+        validator.feed(b"x")
