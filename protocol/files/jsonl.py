@@ -53,6 +53,8 @@ def decode_failure(exc: Exception, line: memoryview, number: int) -> InvalidFile
         raw.decode("utf-8")
     except UnicodeDecodeError:
         return line_error(number, "not valid UTF-8")
+    if isinstance(exc, RecursionError):
+        return line_error(number, "nested too deeply")
     if isinstance(exc, msgspec.ValidationError):
         return line_error(number, _validation_text(str(exc)))
     return line_error(number, "not valid JSON")
@@ -176,7 +178,7 @@ class JsonlValidator:
             return False
         try:
             objs = self.decoder.decode_lines(memoryview(data)[start:end])
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return False
         if len(objs) != lines or not self._accept(objs):
             return False
@@ -206,7 +208,7 @@ class JsonlValidator:
         number = self._line
         try:
             obj = self.decoder.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
             failure = decode_failure(exc, line, number)
             if failure is None:
                 return  # a blank line

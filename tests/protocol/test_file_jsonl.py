@@ -425,3 +425,25 @@ def test_batch_duplicates_inside_one_piece_and_across_pieces() -> None:
         _error("batch", dup_inside).message == "line 101: custom_id 'r5' is already used on line 6"
     )
     assert _error("batch", dup_inside, 1000).message.endswith("already used on line 6")
+
+
+DEEP = b"[" * 1_000_000 + b"]" * 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("purpose", "line"),
+    [
+        ("fine-tune", GOOD[:-1] + b', "tools": [{"a": ' + DEEP + b"}]}"),
+        ("fine-tune", GOOD[:-1] + b', "ignored": ' + DEEP + b"}"),
+        ("batch", _line(_request("deep"))[:-2] + b', "x": ' + DEEP + b"}}"),
+    ],
+    ids=["typed_field", "ignored_field", "batch_body"],
+)
+def test_deep_nesting_is_an_invalid_line_not_a_crash(purpose: str, line: bytes) -> None:
+    goods = [GOOD if purpose == "fine-tune" else _line(_request(f"r{i}")) for i in range(64)]
+    assert len(goods) == FAST_MIN_LINES
+    data = b"\n".join(goods) + b"\n" + line + b"\n"
+    for size in (None, 65536):
+        assert (
+            _error(purpose, data, size).message == f"line {FAST_MIN_LINES + 1}: nested too deeply"
+        )
