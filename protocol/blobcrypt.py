@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -158,21 +159,11 @@ class Encryptor:
             raise RuntimeError("encryptor already finished")
         out = self._take_header()
         view = memoryview(data).cast("B")
-        size = self._chunk
-        if self._buffer:
-            need = size - len(self._buffer)
-            if len(view) < need:
-                self._buffer += view
-                return out
-            self._buffer += view[:need]
-            view = view[need:]
-            out.append(self._seal(bytes(self._buffer), final=False))
-            self._buffer.clear()
-        whole = len(view) - len(view) % size
-        for start in range(0, whole, size):
-            out.append(self._seal(view[start : start + size], final=False))
-        self._buffer += view[whole:]
+        out += _whole_chunks(self._buffer, view, self._chunk, self._seal_middle)
         return out
+
+    def _seal_middle(self, chunk: bytes | memoryview) -> bytes:
+        return self._seal(chunk, final=False)
 
     def finish(self) -> list[bytes]:
         """The final chunk (after the header, if no feed came first). The encryptor is then
@@ -257,22 +248,10 @@ class Decryptor:
             self._read_header(bytes(self._buffer))
             self._buffer.clear()
         # A full-length chunk is never the final one, so it opens as soon as it is whole.
-        out: list[bytes] = []
-        size = self._sealed_chunk
-        if self._buffer:
-            need = size - len(self._buffer)
-            if len(view) < need:
-                self._buffer += view
-                return out
-            self._buffer += view[:need]
-            view = view[need:]
-            out.append(self._open(bytes(self._buffer), final=False))
-            self._buffer.clear()
-        whole = len(view) - len(view) % size
-        for start in range(0, whole, size):
-            out.append(self._open(view[start : start + size], final=False))
-        self._buffer += view[whole:]
-        return out
+        return _whole_chunks(self._buffer, view, self._sealed_chunk, self._open_middle)
+
+    def _open_middle(self, sealed: bytes | memoryview) -> bytes:
+        return self._open(sealed, final=False)
 
     def finish(self) -> bytes:
         """The final chunk's plaintext; BlobCorrupt if the blob ended anywhere else."""
@@ -297,3 +276,29 @@ def decrypt(data_key: bytes, file_id: str, blob: bytes) -> bytes:
     """A whole blob's content at once (small content, tests); BlobCorrupt as the Decryptor."""
     decryptor = Decryptor(data_key, file_id)
     return b"".join([*decryptor.feed(blob), decryptor.finish()])
+
+
+def _whole_chunks(
+    buffer: bytearray,
+    view: memoryview,
+    size: int,
+    transform: Callable[[bytes | memoryview], bytes],
+) -> list[bytes]:
+    """`transform` of every whole `size`-byte chunk that `buffer` (what is left of earlier
+    pieces) followed by `view` completes, one bytes object each; the rest stays in `buffer`
+    (always less than a chunk). Whole chunks inside `view` are transformed in place, uncopied."""
+    out: list[bytes] = []
+    if buffer:
+        need = size - len(buffer)
+        if len(view) < need:
+            buffer += view
+            return out
+        buffer += view[:need]
+        view = view[need:]
+        out.append(transform(bytes(buffer)))
+        buffer.clear()
+    whole = len(view) - len(view) % size
+    for start in range(0, whole, size):
+        out.append(transform(view[start : start + size]))
+    buffer += view[whole:]
+    return out

@@ -172,8 +172,12 @@ class BlobStore(abc.ABC):
     async def size(self, key: str) -> int:
         """The object's size in bytes; `BlobNotFound` if there is none."""
 
-    @abc.abstractmethod
-    async def exists(self, key: str) -> bool: ...
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.size(key)
+        except BlobNotFound:
+            return False
+        return True
 
     @abc.abstractmethod
     async def delete(self, key: str) -> None:

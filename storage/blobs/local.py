@@ -112,13 +112,6 @@ class LocalBlobStore(BlobStore):
 
         return await _in_thread(regular_size)
 
-    async def exists(self, key: str) -> bool:
-        try:
-            await self.size(key)
-        except BlobNotFound:
-            return False
-        return True
-
     async def delete(self, key: str) -> None:
         path = self._path(key)
 

@@ -161,13 +161,6 @@ class S3BlobStore(BlobStore):
             raise
         return int(head["ContentLength"])
 
-    async def exists(self, key: str) -> bool:
-        try:
-            await self.size(key)
-        except BlobNotFound:
-            return False
-        return True
-
     async def delete(self, key: str) -> None:
         name = self._object(key)
         await _call(lambda: self._client.delete_object(Bucket=self.bucket, Key=name))
