@@ -62,11 +62,11 @@ class Target:
     target: str  # path and query
 
 
-class Refused(Exception):
+class Refused(ValueError):
     """A resolved address is one deliveries may not reach; `why` is its class."""
 
     def __init__(self, why: str) -> None:
-        super().__init__(why)
+        super().__init__(f"the URL's host resolves to a {why} address, not allowed")
         self.why = why
 
 
@@ -148,13 +148,12 @@ async def check_url(
     timeout_s: float = 10.0,
 ) -> None:
     """For subscription create/update: the URL is well-formed, its host resolves, and every
-    address it resolves to may be reached. ValueError names the problem."""
+    address it resolves to may be reached. ValueError names the problem; `Refused` (a
+    ValueError) when an address is of a class deliveries may not reach."""
     target = parse_url(url, allow_http=allow_http)
     try:
         with trio.fail_after(timeout_s):
             await resolve(target, allowed_networks)
-    except Refused as exc:
-        raise ValueError(f"the URL's host resolves to a {exc.why} address, not allowed") from None
     except (OSError, trio.TooSlowError):
         raise ValueError("the URL's host does not resolve") from None
 
@@ -196,14 +195,6 @@ class WebhookSender:
         self.attempt_timeout_s = attempt_timeout_s
         # create_default_context() loads the system store, which honours SSL_CERT_FILE.
         self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
-
-    async def check_url(self, url: str) -> None:
-        await check_url(
-            url,
-            allowed_networks=self.allowed_networks,
-            allow_http=self.allow_http,
-            timeout_s=self.attempt_timeout_s,
-        )
 
     async def post(
         self, url: str, body: bytes, headers: Sequence[tuple[str, str]]

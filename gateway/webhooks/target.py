@@ -2,7 +2,7 @@
 
 Checked when a subscription is created or its URL changed, so a mistake is answered at once
 (400 naming `url`). The form and the address check are the delivery sender's own
-(actors/webhooks/sender.py `parse_url`, `resolve`), so the API accepts exactly what can be
+(actors/webhooks/sender.py `check_url`), so the API accepts exactly what can be
 sent. It is no protection by itself: DNS can answer differently later, so every delivery
 resolves and checks again and connects only to an address it checked. The rules:
 
@@ -20,9 +20,7 @@ may carry a receiver's token).
 
 from __future__ import annotations
 
-import trio
-
-from actors.webhooks.sender import Refused, parse_url, resolve
+from actors.webhooks.sender import Refused, check_url
 from gateway.config.schema import WebhooksConfig
 from protocol.errors import APIError, invalid_request
 
@@ -44,16 +42,16 @@ def _refused(why: str) -> APIError:
 
 async def check_target(url: str, config: WebhooksConfig) -> None:
     """APIError 400 (param `url`) unless `url` may be subscribed (see the module docstring)."""
-    try:
-        target = parse_url(url, allow_http=config.allow_http)
-    except ValueError as exc:
-        raise _invalid(str(exc)) from None
     if "#" in url:
         raise _invalid("the URL must not have a #fragment (it is never sent)")
     try:
-        with trio.fail_after(RESOLVE_TIMEOUT_S):
-            await resolve(target, config.allowed_private_networks)
+        await check_url(
+            url,
+            allowed_networks=config.allowed_private_networks,
+            allow_http=config.allow_http,
+            timeout_s=RESOLVE_TIMEOUT_S,
+        )
     except Refused as exc:
         raise _refused(exc.why) from None
-    except (OSError, UnicodeError, trio.TooSlowError):  # socket.gaierror is an OSError
-        raise _invalid(f"the host {target.host!r} does not resolve") from None
+    except ValueError as exc:
+        raise _invalid(str(exc)) from None
