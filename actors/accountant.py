@@ -24,6 +24,7 @@ import trio
 from actors.base import Actor
 from actors.charge_credit import credit_id, refund_unless_credited
 from actors.errors import RedisUnavailable
+from actors.flushing import flush_shielded
 from actors.shared_holds import (
     HEARTBEAT_S,
     Settlement,
@@ -461,22 +462,13 @@ class Accountant(Actor):
                     with trio.move_on_after(self._flush_interval_s):
                         await self._wake.wait()
                     self._wake = trio.Event()
-                    # Never cancelled mid-write: a stop (or restart) waits for the flush in
-                    # progress, bounded. (Cancelling asyncpg mid-transaction at shutdown left
-                    # the final flush's ROLLBACK waiting forever on PostgreSQL.)
-                    with trio.CancelScope(shield=True):
-                        with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
-                            await self.flush()
-                    if limit.cancelled_caught:
+                    if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):
                         log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
             self._tasks = None
             self._replenishing.clear()
             self._rereading.clear()
-            with trio.CancelScope(shield=True):  # stopping: write what is queued
-                with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
-                    await self.flush()
-            if limit.cancelled_caught:
+            if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):  # stopping: write it all
                 log.error(
                     "the final flush took over %s s: %d usage charges were not written",
                     _FLUSH_LIMIT_S,

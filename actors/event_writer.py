@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import trio
 
 from actors.base import Actor
+from actors.flushing import flush_shielded
 from storage.events import EventRepository, NewEvent
 
 log = logging.getLogger("gateway.events")
@@ -89,18 +90,10 @@ class EventWriter(Actor):
                 with trio.move_on_after(self._flush_interval_s):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                # Never cancelled mid-write (see actors/accountant.py): a stop waits for the
-                # flush in progress, bounded.
-                with trio.CancelScope(shield=True):
-                    with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
-                        await self.flush()
-                if limit.cancelled_caught:
+                if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):
                     log.error("an event flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
-        finally:
-            with trio.CancelScope(shield=True):  # stopping: write what is buffered
-                with trio.move_on_after(_FLUSH_LIMIT_S) as limit:
-                    await self.flush()
-            if limit.cancelled_caught or self._buffer:
+        finally:  # stopping: write what is buffered
+            if not await flush_shielded(self.flush, _FLUSH_LIMIT_S) or self._buffer:
                 log.error("stopping: %d events were not written", len(self._buffer))
 
     async def flush(self) -> None:
