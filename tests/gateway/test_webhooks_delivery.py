@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.gateway.test_webhooks_processes import settled
 from tests.inference import Rig, inference_rig
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
@@ -50,11 +51,13 @@ async def test_concurrent_events_arrive_once_in_outbox_order_at_each_subscriptio
 
 async def produce_and_check(rig: Rig, keys_hook: Receiver, all_hook: Receiver) -> None:
     gw = rig.gateway
+    hooks = []
     for receiver, events in ((keys_hook, ["key.created"]), (all_hook, ["*"])):
         r = await gw.client.post(
             "/v1/webhooks", json={"url": receiver.url, "events": events}, headers=gw.auth()
         )
         assert r.status_code == 200, r.text
+        hooks.append(r.json()["id"])
 
     async def create(i: int) -> None:
         r = await gw.client.post("/v1/keys", json={"name": f"c{i}"}, headers=gw.auth())
@@ -70,7 +73,8 @@ async def produce_and_check(rig: Rig, keys_hook: Receiver, all_hook: Receiver) -
         await keys_hook.wait_for(30)
         await gw.runtime.event_writer.flush()  # the completion.error is written in a batch
         await all_hook.wait_for(31)
-    await trio.sleep(0.3)  # a duplicate would have arrived by now
+    await settled(gw.client, hooks[0], 30, gw.auth())  # nothing pending: no more will come
+    await settled(gw.client, hooks[1], 31, gw.auth())
 
     rows = await gw.runtime.storage.db.fetch(  # the outbox order: docs/decisions.md
         "SELECT id FROM events WHERE org_id = :org AND type = 'key.created' ORDER BY txid, seq",

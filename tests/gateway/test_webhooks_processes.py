@@ -118,6 +118,20 @@ async def owner_of(client: httpx.AsyncClient, webhook_id: str) -> bool:
     return False
 
 
+async def settled(
+    client: httpx.AsyncClient, webhook_id: str, count: int, headers: dict[str, str] = MGMT
+) -> None:
+    """Until the subscription's log holds `count` deliveries, every one delivered: nothing is
+    pending, so nothing more can be sent (what was sent twice has arrived by then)."""
+    with trio.fail_after(30):
+        while True:
+            r = await client.get(f"/v1/webhooks/{webhook_id}/deliveries?limit=100", headers=headers)
+            statuses = [d["status"] for d in r.json()["data"]]
+            if len(statuses) == count and set(statuses) == {"delivered"}:
+                return
+            await trio.sleep(0.05)
+
+
 def kill_9(process: trio.Process) -> None:
     process.send_signal(signal.SIGKILL)
 
@@ -177,7 +191,7 @@ async def test_two_processes_deliver_each_event_once_in_order_and_survive_the_ow
                 # Created alternately through both processes; each waits for the last.
                 keys = [await create_key(clients[i % 2], f"k{i}") for i in range(10)]
                 await arrivals(receiver, 10)
-                await trio.sleep(0.5)  # anything sent twice would have arrived by now
+                await settled(client_a, webhook_id, 10)
                 assert [key for _, key in delivered_keys(receiver)] == keys
 
                 owners = [await owner_of(c, webhook_id) for c in clients]
@@ -189,6 +203,7 @@ async def test_two_processes_deliver_each_event_once_in_order_and_survive_the_ow
                 more = [await create_key(survivor, f"m{i}") for i in range(5)]
                 began = trio.current_time()
                 await arrivals(receiver, 15)
+                await settled(survivor, webhook_id, 15)
                 # The dead owner's lease runs out, then the survivor's next poll takes it.
                 assert trio.current_time() - began < LEASE_TTL_S + 5
                 assert await owner_of(survivor, webhook_id)
