@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
+from gateway.files import routes as files
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
@@ -53,6 +54,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
+        files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
         webhooks.routes(
             runtime.storage,
             runtime.master_key,

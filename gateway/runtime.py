@@ -15,6 +15,7 @@ import trio
 from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
 from actors.event_writer import EventWriter
+from actors.files_janitor import FilesJanitor
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
 from actors.shared_holds import open_shared_holds
@@ -25,6 +26,7 @@ from gateway.auth import Authenticator
 from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
 from gateway.credits.payments import PaymentProcessor, open_processor
+from gateway.files import FileStore, open_file_store
 from gateway.inference.model_registry import ModelRegistry
 from gateway.operations.metrics import Metrics
 from gateway.provider_keys.resolver import ProviderKeyResolver
@@ -51,6 +53,7 @@ class Runtime:
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
     event_writer: EventWriter  # hot-path events (completion.*), written in batches
     webhooks: WebhookDispatcher  # delivers the outbox to the subscriptions this instance holds
+    files: FileStore  # uploaded files: rows, encrypted blobs (local or S3), the quota
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
 
 
@@ -69,6 +72,7 @@ async def open_runtime(
         open_storage(config.database_url) as storage,
         open_rate_limiter(config.redis_url) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
+        open_file_store(config, storage.files, master_key) as files,
         trio.open_nursery() as nursery,
     ):
         supervisor = Supervisor("root")
@@ -97,7 +101,17 @@ async def open_runtime(
             master_key,
             webhook_settings(config.webhooks),
         )
-        for actor in (upstreams, relays, limiter, accountant, event_writer, webhooks, janitor):
+        files_janitor = FilesJanitor(files.repo, files.blobs)
+        for actor in (
+            upstreams,
+            relays,
+            limiter,
+            accountant,
+            event_writer,
+            webhooks,
+            janitor,
+            files_janitor,
+        ):
             await supervisor.start(actor)
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
@@ -122,6 +136,7 @@ async def open_runtime(
                 provider_keys,
                 event_writer,
                 webhooks,
+                files,
                 master_key,
             )
         finally:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from storage.database import Database
 from storage.events import EventRepository
+from storage.files import FileRepository
 from storage.idempotency import IdempotencyRepository
 from storage.keys import KeyRepository
 from storage.ledger import LedgerRepository
@@ -25,6 +26,7 @@ class Storage:
     orgs: OrgRepository
     keys: KeyRepository
     events: EventRepository
+    files: FileRepository
     idempotency: IdempotencyRepository
     ledger: LedgerRepository
     provider_keys: ProviderKeyRepository
@@ -37,6 +39,7 @@ class Storage:
             orgs=OrgRepository(db),
             keys=KeyRepository(db),
             events=EventRepository(db),
+            files=FileRepository(db),
             idempotency=IdempotencyRepository(db),
             ledger=LedgerRepository(db),
             provider_keys=ProviderKeyRepository(db),

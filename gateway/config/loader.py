@@ -320,6 +320,8 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
     endpoint = table.get("s3_endpoint_url", schema.parse_http_url, None)
     bucket = table.get("s3_bucket", schema.parse_bucket, None)
     region = table.get("s3_region", schema.parse_region, None)
+    free = table.get("free_quota_bytes", schema.integer_in(0), FilesConfig.free_quota_bytes)
+    pro = table.get("pro_quota_bytes", schema.integer_in(0), FilesConfig.pro_quota_bytes)
     table.finish()
     if store != "s3":
         for name, value in (
@@ -329,7 +331,7 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
         ):
             if value is not None:
                 raise table.error(name, 'applies only with store = "s3"')
-        return FilesConfig(store=store)
+        return FilesConfig(store=store, free_quota_bytes=free, pro_quota_bytes=pro)
     if bucket is None:
         raise table.error("s3_bucket", 'is required with store = "s3"')
     key_id = environ.get("AWS_ACCESS_KEY_ID", "").strip() or None
@@ -339,6 +341,8 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
         raise ConfigError(ENVIRONMENT, missing, "must be set with its pair (or neither)")
     return FilesConfig(
         store=store,
+        free_quota_bytes=free,
+        pro_quota_bytes=pro,
         s3_endpoint_url=endpoint,
         s3_bucket=bucket,
         s3_region=region,

@@ -192,6 +192,9 @@ class FilesConfig:
     """
 
     store: str = "local"
+    # Stored bytes an organization may hold, per plan (SPEC limits: 100 GB Free, 1 TB Pro).
+    free_quota_bytes: int = 100_000_000_000
+    pro_quota_bytes: int = 1_000_000_000_000
     s3_endpoint_url: str | None = None  # None: AWS S3 itself
     s3_bucket: str | None = None  # required for "s3"; created at start if missing
     s3_region: str | None = None
@@ -204,6 +207,9 @@ class FilesConfig:
             masked=frozenset({"s3_access_key_id", "s3_secret_access_key"}),
             urls=frozenset({"s3_endpoint_url"}),
         )
+
+    def quota_bytes(self, plan: str) -> int:
+        return self.pro_quota_bytes if plan == "pro" else self.free_quota_bytes
 
 
 @dataclass(frozen=True, repr=False)

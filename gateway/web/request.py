@@ -9,8 +9,8 @@ it is read; a chunked body as soon as the running count passes the limit. Both a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import parse_qsl
@@ -175,7 +175,7 @@ class Request:
         self._check_declared_length()
         return self._chunks()
 
-    async def _chunks(self) -> AsyncIterator[bytes]:
+    async def _chunks(self) -> AsyncGenerator[bytes, None]:
         size = 0
         while True:
             message = await self.receive()
@@ -190,14 +190,20 @@ class Request:
             if not message.get("more_body", False):
                 return
 
-    def multipart(
-        self, limits: MultipartLimits = DEFAULT_LIMITS
-    ) -> AbstractAsyncContextManager[Form]:
+    @asynccontextmanager
+    async def multipart(self, limits: MultipartLimits = DEFAULT_LIMITS) -> AsyncIterator[Form]:
         """The body as multipart/form-data parts, parsed as it streams in under the route's
         limit (`async with request.multipart() as form: async for part in form: ...`; 415
         when it is not multipart, 400 `invalid_multipart` when malformed). Spooled parts are
-        deleted when the block is left. See gateway/web/multipart.py."""
-        return open_multipart(self.header(b"content-type"), self.stream(), limits)
+        deleted when the block is left, and the body stream is closed (the parser stops at
+        the closing boundary, before the stream's own end). See gateway/web/multipart.py."""
+        self._check_declared_length()
+        chunks = self._chunks()
+        try:
+            async with open_multipart(self.header(b"content-type"), chunks, limits) as form:
+                yield form
+        finally:
+            await chunks.aclose()
 
     async def json(self, type: type[T]) -> T:
         """The body decoded into `type`: 413 past the limit, 400 naming `param` when invalid."""

@@ -4,7 +4,8 @@ lists its modules share."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+
+from storage.pages import Page as Page  # re-exported: the webhook modules import it here
 
 PENDING = "pending"
 DELIVERED = "delivered"
@@ -14,8 +15,6 @@ CANCELLED = "cancelled"
 
 DISABLED_FAILING = "failing"
 DISABLED_MANUAL = "manual"
-
-T = TypeVar("T")
 
 
 class Unset:
@@ -91,12 +90,6 @@ class QueueStats:
     org_id: str
     pending: int
     oldest_pending_created_at: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    items: list[T]
-    has_more: bool
 
 
 Position = tuple[int, int]  # (txid, seq): a place in the outbox order

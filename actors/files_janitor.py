@@ -1,0 +1,94 @@
+"""The files janitor: removes expired files (`vision`, after 24 hours), uploads whose process
+died (their row stopped moving), and the blob store's unfinished temporaries.
+
+Every `interval_s`, in batches. A file's row goes first (in one transaction with its quota
+charge), then its blob: a janitor that dies between the two leaves a blob whose data key is
+gone, unreadable. Several instances may run it at once: `FileRepository.remove` deletes a row
+only as it was read, so an upload that moved on, or a row another janitor took, is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from actors.base import Actor
+from protocol.timefmt import now_us
+from storage.blobs import BlobStore
+from storage.files import FileRecord, FileRepository
+
+log = logging.getLogger("gateway.files")
+
+BATCH = 500
+
+
+class FilesJanitor(Actor):
+    def __init__(
+        self,
+        repo: FileRepository,
+        blobs: BlobStore,
+        *,
+        interval_s: float = 60.0,
+        stale_upload_s: float = 600.0,
+        stale_temporary_s: float = 3600.0,
+        batch: int = BATCH,
+        name: str = "files-janitor",
+    ) -> None:
+        self.name = name
+        self._repo = repo
+        self._blobs = blobs
+        self._interval_s = interval_s
+        self._stale_upload_us = round(stale_upload_s * 1_000_000)
+        self._stale_temporary_s = stale_temporary_s
+        self._batch = batch
+        self.expired = 0
+        self.abandoned = 0
+        self.temporaries = 0
+        self.runs = 0
+
+    def statistics(self) -> dict[str, object]:
+        return {
+            "expired": self.expired,
+            "abandoned_uploads": self.abandoned,
+            "temporaries": self.temporaries,
+            "runs": self.runs,
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self.sweep_once()
+            await trio.sleep(self._interval_s)
+
+    async def sweep_once(self, now: int | None = None) -> None:
+        """One round; `now` (µs) for tests, else the wall clock."""
+        now = now_us() if now is None else now
+        while True:
+            batch = await self._repo.expired(now=now, limit=self._batch)
+            removed = await self._remove(batch)
+            self.expired += removed
+            if len(batch) < self._batch or not removed:
+                break
+        while True:
+            batch = await self._repo.stale_uploads(
+                before=now - self._stale_upload_us, limit=self._batch
+            )
+            removed = await self._remove(batch)
+            self.abandoned += removed
+            if len(batch) < self._batch or not removed:
+                break
+        self.temporaries += await self._blobs.remove_stale(self._stale_temporary_s)
+        self.runs += 1
+
+    async def _remove(self, records: list[FileRecord]) -> int:
+        removed = 0
+        for record in records:
+            if not await self._repo.remove(record):
+                continue
+            removed += 1
+            try:
+                await self._blobs.delete(record.blob_key)
+            except Exception:  # its data key is gone with the row: unreadable either way
+                log.exception("file %s: blob %s not deleted", record.id, record.blob_key)
+        return removed

@@ -1,0 +1,108 @@
+"""The file store: what the Files routes (and later fine-tuning, batches and images) use to put
+a file's content in, read it back and delete it. It joins the files table (storage/files.py),
+the blob store (storage/blobs/), the content encryption (protocol/blobcrypt.py) and the quota.
+
+Content is encrypted as it streams in, under a fresh data key per file; the key is stored
+wrapped by the master key in the file's row (secretbox purpose `file-keys`, bound to the org
+and the file id), never beside the blob. Blob keys are `files/<org id>/<file id>`: both are ids
+the gateway made, so a client's filename never reaches a path or an object key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import trio
+
+from protocol import blobcrypt
+from protocol.blobcrypt import BlobCorrupt, Decryptor
+from protocol.errors import APIError
+from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key
+from storage.blobs import BlobNotFound, BlobReader, BlobStore
+from storage.files import FileRecord, FileRepository
+
+VISION = "vision"
+VISION_RETENTION_US = 24 * 3600 * 1_000_000  # SPEC: vision files expire after 24 hours
+MAX_FILE_BYTES = 512_000_000  # SPEC limits: 512 MB per file ...
+MAX_VISION_BYTES = 20_000_000  # ... and 20 MB for vision
+
+
+def blob_key(org_id: str, file_id: str) -> str:
+    return f"files/{org_id}/{file_id}"
+
+
+def key_context(record_or_org: FileRecord | str, file_id: str | None = None) -> tuple[str, str]:
+    """The secretbox context of a file's data key: (org id, file id)."""
+    if isinstance(record_or_org, FileRecord):
+        return (record_or_org.org_id, record_or_org.id)
+    assert file_id is not None
+    return (record_or_org, file_id)
+
+
+def max_bytes(purpose: str | None) -> int:
+    return MAX_VISION_BYTES if purpose == VISION else MAX_FILE_BYTES
+
+
+def expires_at(purpose: str, created_at: int) -> int | None:
+    return created_at + VISION_RETENTION_US if purpose == VISION else None
+
+
+def file_corrupt(record: FileRecord) -> APIError:
+    """The stored content does not authenticate (tampered, truncated, or sealed under another
+    key): refused, never served as garbage."""
+    return APIError(
+        500,
+        f"The stored content of file {record.id!r} failed its integrity check and is not"
+        " served; the operator has been told (log `gateway.files`).",
+        type="server_error",
+        code="file_corrupt",
+    )
+
+
+@dataclass(frozen=True)
+class FileStore:
+    repo: FileRepository
+    blobs: BlobStore
+    box: SecretBox  # purpose FILE_KEYS
+
+    def data_key(self, record: FileRecord) -> bytes:
+        return unwrap_data_key(self.box, record.data_key_sealed, key_context(record))
+
+    async def open_plaintext(self, record: FileRecord) -> AsyncIterator[bytes]:
+        """The file's content, decrypted chunk by chunk. Checks what can be checked before the
+        first byte (the data key opens, the blob exists and has exactly the size the stored
+        length implies) and raises `BlobCorrupt` for any of them; a chunk that fails later
+        raises `BlobCorrupt` from the iteration, after the earlier chunks were given out."""
+        try:
+            key = self.data_key(record)
+        except SecretBoxError as exc:
+            raise BlobCorrupt(f"data key of {record.id} does not open") from exc
+        try:
+            reader = await self.blobs.read(record.blob_key)
+        except BlobNotFound as exc:
+            raise BlobCorrupt(f"blob of {record.id} is missing") from exc
+        if reader.size != blobcrypt.ciphertext_size(record.bytes):
+            await reader.aclose()
+            raise BlobCorrupt(f"blob of {record.id} has {reader.size} bytes, not the expected")
+        return _decrypted(reader, Decryptor(key, record.id))
+
+    async def delete_blob(self, key: str) -> None:
+        """Delete a blob, shielded and bounded: it runs on the way out of cancelled requests.
+        A failure is swallowed by the caller's choice (the row, and so the data key, is gone
+        already: what is left is unreadable)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(30):
+            await self.blobs.delete(key)
+
+
+async def _decrypted(reader: BlobReader, decryptor: Decryptor) -> AsyncIterator[bytes]:
+    try:
+        async for sealed in reader:
+            for plain in decryptor.feed(sealed):
+                yield plain
+        last = decryptor.finish()
+        if last:
+            yield last
+    finally:
+        with trio.CancelScope(shield=True):
+            await reader.aclose()
