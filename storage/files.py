@@ -86,18 +86,22 @@ def _record(row: Row) -> FileRecord:
     )
 
 
-async def _charge(tx: Executor, org_id: str, n: int, quota: int) -> None:
-    """Add `n` bytes to the org's usage if that stays within `quota`, else QuotaExceeded."""
+async def _charge(tx: Executor, org_id: str, want: int, need: int, quota: int) -> int:
+    """Add `want` bytes to the org's usage if that stays within `quota`, else `need` bytes
+    (the least the caller can go on with); returns what was added. QuotaExceeded when not even
+    `need` fits."""
     await tx.execute(
         "INSERT INTO file_usage (org_id, bytes) VALUES (:org, 0) ON CONFLICT (org_id) DO NOTHING",
         {"org": org_id},
     )
-    changed = await tx.execute(
-        "UPDATE file_usage SET bytes = bytes + :n WHERE org_id = :org AND bytes + :n <= :quota",
-        {"org": org_id, "n": n, "quota": quota},
-    )
-    if changed != 1:
-        raise QuotaExceeded(quota)
+    for n in (want, need) if need < want else (need,):
+        changed = await tx.execute(
+            "UPDATE file_usage SET bytes = bytes + :n WHERE org_id = :org AND bytes + :n <= :quota",
+            {"org": org_id, "n": n, "quota": quota},
+        )
+        if changed == 1:
+            return n
+    raise QuotaExceeded(quota)
 
 
 async def _release(tx: Executor, org_id: str, n: int) -> None:
@@ -114,11 +118,12 @@ class FileRepository:
 
     # -- an upload ------------------------------------------------------------------------
 
-    async def begin_upload(self, new: NewUpload, *, reserve: int, quota: int) -> None:
-        """Insert the `uploading` row holding `reserve` bytes of the quota; QuotaExceeded
-        (and no row) when the org cannot take them."""
+    async def begin_upload(self, new: NewUpload, *, reserve: int, quota: int) -> int:
+        """Insert the `uploading` row holding `reserve` bytes of the quota, or none when the
+        org has not that much room left (the upload then reserves as it goes); returns the
+        bytes reserved. QuotaExceeded (and no row) when the org is over its quota already."""
         async with self._db.transaction() as tx:
-            await _charge(tx, new.org_id, reserve, quota)
+            reserve = await _charge(tx, new.org_id, reserve, 0, quota)
             await tx.execute(
                 f"INSERT INTO files ({_COLUMNS}) VALUES (:id, :org_id, :purpose, :filename, 0, '',"
                 " :status, :blob_key, :sealed, :reserve, :now, :now, NULL)",
@@ -134,13 +139,16 @@ class FileRepository:
                     "now": new.created_at,
                 },
             )
+        return reserve
 
     async def reserve_more(
-        self, org_id: str, file_id: str, more: int, *, quota: int, now: int
-    ) -> None:
-        """Grow an upload's reservation by `more` bytes; QuotaExceeded when it cannot.
+        self, org_id: str, file_id: str, *, want: int, need: int, quota: int, now: int
+    ) -> int:
+        """Grow an upload's reservation by `want` bytes, or by `need` when the quota has no
+        room for `want`; returns the growth. QuotaExceeded when not even `need` fits.
         StorageError if the upload's row is gone (the janitor judged it stale)."""
         async with self._db.transaction() as tx:
+            more = await _charge(tx, org_id, want, need, quota)
             changed = await tx.execute(
                 "UPDATE files SET charged_bytes = charged_bytes + :more, updated_at = :now"
                 " WHERE org_id = :org AND id = :id AND status = :uploading",
@@ -148,7 +156,7 @@ class FileRepository:
             )
             if changed != 1:
                 raise StorageError(f"upload {file_id} is no longer in progress")
-            await _charge(tx, org_id, more, quota)
+        return more
 
     async def touch(self, org_id: str, file_id: str, *, now: int) -> None:
         """The upload is still alive (so the janitor does not take it for a dead one)."""

@@ -320,6 +320,7 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
     endpoint = table.get("s3_endpoint_url", schema.parse_http_url, None)
     bucket = table.get("s3_bucket", schema.parse_bucket, None)
     region = table.get("s3_region", schema.parse_region, None)
+    prefix = table.get("s3_prefix", schema.parse_key_prefix, None)
     free = table.get("free_quota_bytes", schema.integer_in(0), FilesConfig.free_quota_bytes)
     pro = table.get("pro_quota_bytes", schema.integer_in(0), FilesConfig.pro_quota_bytes)
     table.finish()
@@ -328,6 +329,7 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
             ("s3_endpoint_url", endpoint),
             ("s3_bucket", bucket),
             ("s3_region", region),
+            ("s3_prefix", prefix),
         ):
             if value is not None:
                 raise table.error(name, 'applies only with store = "s3"')
@@ -346,6 +348,7 @@ def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
         s3_endpoint_url=endpoint,
         s3_bucket=bucket,
         s3_region=region,
+        s3_prefix=prefix or "",
         s3_access_key_id=key_id,
         s3_secret_access_key=secret,
     )

@@ -198,6 +198,9 @@ class FilesConfig:
     s3_endpoint_url: str | None = None  # None: AWS S3 itself
     s3_bucket: str | None = None  # required for "s3"; created at start if missing
     s3_region: str | None = None
+    s3_prefix: str = (
+        ""  # prepended to every object key: instances of several gateways share a bucket
+    )
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
 
@@ -424,6 +427,19 @@ def parse_bucket(value: object) -> str:
     raise InvalidValue(
         "must be an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', a letter or "
         f"digit at both ends), got {describe(value)}"
+    )
+
+
+_PREFIX_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
+
+
+def parse_key_prefix(value: object) -> str:
+    """An S3 key prefix: blob-key segments (storage/blobs/interface.py), each followed by "/"."""
+    if isinstance(value, str) and re.fullmatch(rf"(?:{_PREFIX_SEGMENT}/){{1,4}}", value):
+        return value
+    raise InvalidValue(
+        "must be 1 to 4 segments of letters, digits, '_', '.' and '-' (starting with a letter or"
+        f" digit), each followed by '/', e.g. \"gateway/\"; got {describe(value)}"
     )
 
 

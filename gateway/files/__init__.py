@@ -27,6 +27,7 @@ async def open_blob_store(config: Config) -> AsyncIterator[BlobStore]:
                 bucket=files.s3_bucket,
                 endpoint_url=files.s3_endpoint_url,
                 region=files.s3_region,
+                prefix=files.s3_prefix,
                 access_key_id=files.s3_access_key_id,
                 secret_access_key=files.s3_secret_access_key,
             )

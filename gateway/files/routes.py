@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Literal
 from urllib.parse import quote
 
@@ -37,6 +38,7 @@ _AUTH_ERRORS = (401, 403)
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 MAX_FILENAME_CHARS = 512
+PREFETCH_BYTES = 1024 * 1024  # decrypted (so checked) before a download's answer starts
 # A files form has two parts; a few more are tolerated (and skipped) for SDKs that add fields.
 FORM_LIMITS = MultipartLimits(max_parts=16)
 
@@ -150,8 +152,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
                     if seen_file:
                         raise _duplicate("file")
                     seen_file = True
-                    check_filename(part)
-                    await upload.receive(part, purpose)
+                    await upload.receive(part, check_filename(part), purpose)
             if not seen_file:
                 raise errors.invalid_request(
                     "The form has no `file` part.", param="file", code="missing_required_field"
@@ -240,7 +241,9 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         _, record = await owned(request)
         try:
             chunks = await store.open_plaintext(record)
-            first = await anext(chunks, b"")  # the first chunk is checked before a byte is sent
+            # Up to PREFETCH_BYTES are decrypted before the answer starts: a file that small
+            # is checked whole, so tampering is a clean 500, not a cut-off body.
+            first = [chunk async for chunk in _take(chunks, PREFETCH_BYTES)]
         except BlobCorrupt as exc:
             log.error("file %s: content refused: %s", record.id, exc)
             raise file_corrupt(record) from None
@@ -285,16 +288,29 @@ def _order(value: str) -> Literal["asc", "desc"]:
     return "asc" if value == "asc" else "desc"
 
 
+async def _take(chunks: AsyncIterator[bytes], at_least: int) -> AsyncIterator[bytes]:
+    """Chunks from `chunks` until `at_least` bytes were taken or it ended."""
+    taken = 0
+    while taken < at_least:
+        chunk = await anext(chunks, None)
+        if chunk is None:
+            return
+        taken += len(chunk)
+        yield chunk
+
+
 async def _guarded(
-    record: FileRecord, first: bytes, rest: AsyncIterator[bytes]
+    record: FileRecord, first: list[bytes], rest: AsyncGenerator[bytes, None]
 ) -> AsyncIterator[bytes]:
     """The plaintext; a chunk that fails its check later ends the response short (the
     connection is aborted, so the client sees a body shorter than Content-Length, never
     unauthenticated bytes)."""
-    yield first
+    for chunk in first:
+        yield chunk
     try:
-        async for chunk in rest:
-            yield chunk
+        async with aclosing(rest):
+            async for chunk in rest:
+                yield chunk
     except BlobCorrupt as exc:
         log.error("file %s: content refused mid-download: %s", record.id, exc)
         raise

@@ -1,7 +1,7 @@
 """One upload, from the first byte of the `file` part to a `processed` row, with flat memory.
 
     async with Upload(store, org_id, quota, declared_length) as upload:
-        await upload.receive(part, purpose)     # purpose None: the form sends it after the file
+        await upload.receive(part, filename, purpose)   # purpose None: it comes after the file
         record = await upload.complete(purpose)
 
 `receive` streams the part: each piece is counted (413 past the purpose's size limit, at once),
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import aclosing
 from dataclasses import replace
 from types import TracebackType
 
@@ -92,7 +93,8 @@ class Upload:
         self._org_id = org_id
         self._quota = quota
         self._declared = declared_length
-        self.file_id = ordered_id("file", now_us())
+        self._created_at = now_us()
+        self.file_id = ordered_id("file", self._created_at)
         self._data_key = new_data_key()
         self._reserved = 0
         self._size = 0
@@ -118,12 +120,13 @@ class Upload:
         if self._record is None:
             await self._discard()
 
-    async def receive(self, part: Part, purpose: str | None) -> None:
-        """Store the `file` part's content (see the module docstring)."""
+    async def receive(self, part: Part, filename: str, purpose: str | None) -> None:
+        """Store the `file` part's content (see the module docstring); `filename` is the
+        label to keep (the route's checked version of the part's)."""
         store = self._store
         limit = max_bytes(purpose)
         validator = validator_for(purpose) if purpose is not None else None
-        self._filename = part.filename or ""
+        self._filename = filename
         first = RESERVE_STEP if self._declared is None else min(self._declared, limit)
         await self._begin(purpose, max(first, 0))
         encryptor = Encryptor(self._data_key, self.file_id)
@@ -163,7 +166,7 @@ class Upload:
             size=self._size,
             media_type=media_type(self._media_type, self._filename),
             purpose=purpose,
-            expires_at=expires_at(purpose, now),
+            expires_at=expires_at(purpose, self._created_at),
             now=now,
         )
         return self._record
@@ -181,29 +184,28 @@ class Upload:
             data_key_sealed=wrap_data_key(
                 store.box, self._data_key, key_context(self._org_id, self.file_id)
             ),
-            created_at=now_us(),
+            created_at=self._created_at,
         )
         try:
-            await store.repo.begin_upload(upload, reserve=reserve, quota=self._quota)
-        except QuotaExceeded:
-            raise quota_exceeded(self._quota) from None
-        self._row = True
-        self._reserved = reserve
-
-    async def _reserve(self, limit: int) -> None:
-        """Grow the reservation to cover the count: doubling, by `RESERVE_STEP` at least, and
-        never past the limit (the count is refused there anyway)."""
-        # The count is within the limit here, so this covers it.
-        more = min(
-            max(self._size - self._reserved, RESERVE_STEP, self._reserved), limit - self._reserved
-        )
-        try:
-            await self._store.repo.reserve_more(
-                self._org_id, self.file_id, more, quota=self._quota, now=now_us()
+            self._reserved = await store.repo.begin_upload(
+                upload, reserve=reserve, quota=self._quota
             )
         except QuotaExceeded:
             raise quota_exceeded(self._quota) from None
-        self._reserved += more
+        self._row = True
+
+    async def _reserve(self, limit: int) -> None:
+        """Grow the reservation to cover the count: doubling, by `RESERVE_STEP` at least, and
+        never past the limit (the count is refused there anyway); near the quota, by exactly
+        what the count needs."""
+        need = self._size - self._reserved
+        want = min(max(need, RESERVE_STEP, self._reserved), limit - self._reserved)
+        try:
+            self._reserved += await self._store.repo.reserve_more(
+                self._org_id, self.file_id, want=want, need=need, quota=self._quota, now=now_us()
+            )
+        except QuotaExceeded:
+            raise quota_exceeded(self._quota) from None
 
     async def _validate_stored(self, purpose: str) -> str | None:
         validator = validator_for(purpose)
@@ -212,8 +214,9 @@ class Upload:
             raise RuntimeError(f"upload {self.file_id} lost its row")
         # The row says 0 bytes until `complete`; the blob holds `_size`.
         chunks = await self._store.open_plaintext(replace(record, bytes=self._size))
-        async for plain in chunks:
-            _feed(validator, plain)
+        async with aclosing(chunks):
+            async for plain in chunks:
+                _feed(validator, plain)
         return _finish(validator)
 
     async def _discard(self) -> None:

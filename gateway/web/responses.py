@@ -11,6 +11,7 @@ from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
 import msgspec
+import trio
 
 from gateway.server.asgi import Send
 
@@ -95,8 +96,14 @@ class StreamResponse:
 
     async def send(self, send: Send, extra: Headers) -> None:
         headers = [(b"content-type", self.content_type), *(self.headers or ()), *extra]
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        async for chunk in self.chunks:
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            async for chunk in self.chunks:
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:  # the client left (or a chunk failed): close a generator's files and streams now
+            aclose = getattr(self.chunks, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()

@@ -38,13 +38,17 @@ class FilesGateway:
         return self.gw.auth(key)
 
 
-def files_toml(kind: str, server: SeaweedFS | None, bucket: str, quota: int) -> str:
+SESSION_BUCKET = "files-tests"  # one bucket (SeaweedFS makes volumes per bucket), a prefix per test
+
+
+def files_toml(kind: str, server: SeaweedFS | None, prefix: str, quota: int) -> str:
     toml = f"[files]\nfree_quota_bytes = {quota}\n"
     if kind == "s3":
         assert server is not None
         toml += (
             f'store = "s3"\ns3_endpoint_url = "{server.endpoint_url}"\n'
-            f's3_bucket = "{bucket}"\ns3_region = "{server.region}"\n'
+            f's3_bucket = "{SESSION_BUCKET}"\ns3_prefix = "{prefix}"\n'
+            f's3_region = "{server.region}"\n'
         )
     return toml
 
@@ -59,7 +63,7 @@ def s3_env(server: SeaweedFS | None) -> dict[str, str]:
 
 
 def lister(
-    kind: str, data_dir: Path, server: SeaweedFS | None, bucket: str
+    kind: str, data_dir: Path, server: SeaweedFS | None, prefix: str
 ) -> Callable[[], Awaitable[dict[str, bytes]]]:
     async def stored() -> dict[str, bytes]:
         def local() -> dict[str, bytes]:
@@ -74,12 +78,13 @@ def lister(
             assert server is not None
             client = server.client()
             out = {}
-            listing = client.list_objects_v2(Bucket=bucket)
+            listing = client.list_objects_v2(Bucket=SESSION_BUCKET, Prefix=prefix)
             for item in listing.get("Contents", []):
-                body = client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-                out[item["Key"]] = body
-            for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
-                out["upload:" + upload["Key"]] = b""
+                body = client.get_object(Bucket=SESSION_BUCKET, Key=item["Key"])["Body"].read()
+                out[item["Key"].removeprefix(prefix)] = body
+            uploads = client.list_multipart_uploads(Bucket=SESSION_BUCKET, Prefix=prefix)
+            for upload in uploads.get("Uploads", []):
+                out["upload:" + upload["Key"].removeprefix(prefix)] = b""
             return out
 
         return await trio.to_thread.run_sync(local if kind == "local" else s3)
@@ -95,14 +100,15 @@ async def files_gateway(
     server: SeaweedFS | None,
     *,
     quota: int = QUOTA,
-    bucket: str | None = None,
+    prefix: str | None = None,
     extra_toml: str = "",
 ) -> AsyncIterator[FilesGateway]:
-    bucket = bucket or f"files-{random_token(10).lower()}"
-    toml = files_toml(kind, server, bucket, quota) + extra_toml
+    """`prefix`: the S3 key prefix (a fresh one by default; instances sharing files share it)."""
+    prefix = prefix or f"t{random_token(12).lower()}/"
+    toml = files_toml(kind, server, prefix, quota) + extra_toml
     config = gateway_config(database_url, data_dir, toml=toml, **s3_env(server))
     async with running_gateway(config) as gw:
-        yield FilesGateway(gw, kind, lister(kind, data_dir, server, bucket), data_dir)
+        yield FilesGateway(gw, kind, lister(kind, data_dir, server, prefix), data_dir)
 
 
 @pytest.fixture(params=["local", "s3"])
