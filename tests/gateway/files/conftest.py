@@ -102,11 +102,13 @@ async def files_gateway(
     quota: int = QUOTA,
     prefix: str | None = None,
     extra_toml: str = "",
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[FilesGateway]:
-    """`prefix`: the S3 key prefix (a fresh one by default; instances sharing files share it)."""
+    """`prefix`: the S3 key prefix (a fresh one by default; instances sharing files share it,
+    and their `GATEWAY_MASTER_KEY`, given in `env`)."""
     prefix = prefix or f"t{random_token(12).lower()}/"
     toml = files_toml(kind, server, prefix, quota) + extra_toml
-    config = gateway_config(database_url, data_dir, toml=toml, **s3_env(server))
+    config = gateway_config(database_url, data_dir, toml=toml, **s3_env(server), **(env or {}))
     async with running_gateway(config) as gw:
         yield FilesGateway(gw, kind, lister(kind, data_dir, server, prefix), data_dir)
 
