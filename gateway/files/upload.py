@@ -220,12 +220,16 @@ class Upload:
         return _finish(validator)
 
     async def _discard(self) -> None:
-        """Remove what the upload left, shielded (this runs on cancellation too)."""
+        """Remove what the upload left, shielded (this runs on cancellation too). The row goes
+        first, and the blob only if the row was still an upload's: were `complete` cancelled
+        after its commit, the file is whole and stays."""
         with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP_TIMEOUT_S) as scope:
-            if self._blob_committed:
-                await self._store.delete_blob(blob_key(self._org_id, self.file_id))
-            if self._row:
-                await self._store.repo.abandon(self._org_id, self.file_id)
+            try:
+                ours = not self._row or await self._store.repo.abandon(self._org_id, self.file_id)
+                if self._blob_committed and ours:
+                    await self._store.delete_blob(blob_key(self._org_id, self.file_id))
+            except Exception:  # the store is down: the answer is the upload's own error
+                log.exception("upload %s: cleanup failed; the janitor removes it", self.file_id)
         if scope.cancelled_caught:
             log.warning("upload %s: cleanup timed out; the janitor removes it", self.file_id)
 
