@@ -25,7 +25,7 @@ from gateway.web.responses import StreamResponse
 from protocol import errors
 from protocol.blobcrypt import BlobCorrupt
 from protocol.files import PURPOSES
-from protocol.files.api import FileDeleted, FileList, FileObject
+from protocol.files.api import FileContent, FileDeleted, FileList, FileObject, FileUpload
 from protocol.scopes import FILES
 from protocol.timefmt import now_us
 from storage.files import FileRecord
@@ -126,6 +126,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
             "/v1/files",
             "Upload a file (multipart: `file`, `purpose`); validated and encrypted as it streams",
             _TAG,
+            request=FileUpload,
             request_content_type="multipart/form-data",
             response=FileObject,
             scope=FILES,
@@ -232,6 +233,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
             "/v1/files/{file_id}/content",
             "Download a file's content (streamed, with its stored media type)",
             _TAG,
+            response=FileContent,
             response_content_type="application/octet-stream",
             scope=FILES,
             errors=(*_AUTH_ERRORS, 404, 500),

@@ -3,9 +3,31 @@ deletion result. The upload itself is multipart, parsed by the route (gateway/fi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+Purpose = Literal["fine-tune", "batch", "assistants", "vision", "user_data"]
+
+
+class FileUpload(msgspec.Struct, kw_only=True):
+    """The multipart form of `POST /v1/files`, for /openapi.json only: the route parses the
+    form as a stream (gateway/files/routes.py), never through this type."""
+
+    purpose: Purpose
+    file: Annotated[
+        str,
+        msgspec.Meta(
+            extra_json_schema={"format": "binary"},
+            description="the content: 512 MB at most, 20 MB for vision",
+        ),
+    ]
+
+
+# The download's body, for /openapi.json: the file's raw bytes under its stored media type.
+FileContent = Annotated[
+    str, msgspec.Meta(extra_json_schema={"format": "binary"}, description="the file's bytes")
+]
 
 
 class FileObject(msgspec.Struct, kw_only=True):

@@ -123,6 +123,10 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
     chat = paths["/v1/chat/completions"]["post"]["responses"]
     assert {"402", "429", "502", "504"} <= set(chat)
     assert "402" in paths["/v1/credits/topup"]["post"]["responses"]
+    upload = paths["/v1/files"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    form = doc["components"]["schemas"][upload["schema"]["$ref"].rsplit("/", 1)[-1]]
+    assert form["properties"]["file"]["format"] == "binary"
+    assert set(form["required"]) == {"file", "purpose"}
     # Every route the app serves is documented.
     app_rules = {
         "/v1/chat/completions",
@@ -144,6 +148,9 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/v1/webhooks/{webhook_id}/deliveries",
         "/v1/webhooks/{webhook_id}/deliveries/{event_id}/redeliver",
         "/v1/webhooks/{webhook_id}/redeliver",
+        "/v1/files",
+        "/v1/files/{file_id}",
+        "/v1/files/{file_id}/content",
         "/healthz",
         "/metrics",
         "/v1/admin/actors",
