@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from storage.database import Database
 from storage.events import EventRepository
 from storage.idempotency import IdempotencyRepository
+from storage.keyring import KeyringRepository
 from storage.keys import KeyRepository
 from storage.ledger import LedgerRepository
 from storage.migrate import migrate
@@ -29,6 +30,7 @@ class Storage:
     ledger: LedgerRepository
     provider_keys: ProviderKeyRepository
     webhooks: WebhookRepository
+    keyring: KeyringRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -41,6 +43,7 @@ class Storage:
             ledger=LedgerRepository(db),
             provider_keys=ProviderKeyRepository(db),
             webhooks=WebhookRepository(db),
+            keyring=KeyringRepository(db),
         )
 
 
