@@ -170,6 +170,9 @@ async def test_rotation_reseals_every_secret_and_keeps_the_pepper(storage: Stora
     await _assert_under(storage, seeded, NEW, OLD)
     after = await unlock(storage.keyring, NEW)
     assert after.pepper == derive_pepper(OLD)  # every API key hash stays valid
+    stored = " ".join(map(str, (await storage.db.fetch("SELECT * FROM keyring"))[0].values()))
+    for form in (after.pepper.hex(), base64.b64encode(after.pepper).decode()):
+        assert form not in stored  # sealed, never in clear
     assert (after.master_key_id, after.master_key_created_at) == (key_id(NEW), 7)
     with pytest.raises(WrongMasterKey, match="not the one this database's secrets are sealed"):
         await unlock(storage.keyring, OLD)
@@ -230,6 +233,10 @@ async def test_a_wrong_master_key_stops_the_start(database_url: str, tmp_path: P
     assert info.group_contains(WrongMasterKey, match="not the one this database's", depth=None)
 
 
+def _names(directory: Path) -> set[str]:
+    return set(os.listdir(directory))
+
+
 def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -255,7 +262,8 @@ async def test_command_with_a_key_file_replaces_it_and_api_keys_still_work(
     out = capsys.readouterr()
     new = read_key_file(key_file)
     assert new != old and stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert not (tmp_path / NEXT_KEY_FILE).exists()
+    assert _names(tmp_path) >= {MASTER_KEY_FILE} and not _names(tmp_path) & {NEXT_KEY_FILE}
+    assert not [n for n in _names(tmp_path) if n.endswith(".tmp")]
     assert _b64(new) not in out.out + out.err and _b64(old) not in out.out + out.err
     assert "Restart every instance now" in out.out
     async with running_gateway(config) as gw:
