@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -14,7 +15,8 @@ from actors.errors import RedisUnavailable
 from actors.shared_holds import open_shared_holds
 from gateway.bootstrap import accept_bootstrap_key, first_start_key
 from gateway.config import Config, ConfigError, load_config, redact_url
-from gateway.config.master_key import MasterKeyError
+from gateway.config.master_key import MasterKeyError, load_master_key
+from gateway.keyring.command import rotate_command
 from gateway.logs import setup_logging
 from gateway.runtime import credential_hasher
 from protocol.billing import ADJUSTMENT
@@ -56,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     grant.add_argument("amount_usd", type=_usd_amount)
     grant.add_argument("--note", default="Credit granted by an operator")
     grant.add_argument("--config")
+    rotate = admin_commands.add_parser(
+        "rotate-master-key",
+        help="re-seal every stored secret under a new master key (GATEWAY_NEW_MASTER_KEY or"
+        " generated); restart every instance with it right after",
+    )
+    rotate.add_argument("--config")
     return parser
 
 
@@ -94,8 +102,9 @@ async def _migrate(config: Config) -> int:
 
 
 async def _create_org(config: Config, name: str, plan: str) -> int:
-    hasher = credential_hasher(config)
+    master_key = load_master_key(config.master_key, config.data_dir)
     async with open_storage(config.database_url) as storage:
+        hasher = await credential_hasher(storage, master_key)
         try:
             org = await storage.orgs.create(name, plan)
         except UniqueViolation:
@@ -130,8 +139,9 @@ async def _grant_credits(config: Config, org_ref: str, amount: Decimal, note: st
 
 async def _prepare_serving(config: Config) -> str | None:
     """Migrate, accept the bootstrap key, create the first org on a new install."""
-    hasher = credential_hasher(config)
+    master_key = load_master_key(config.master_key, config.data_dir)
     async with open_storage(config.database_url) as storage:
+        hasher = await credential_hasher(storage, master_key)
         if config.bootstrap_management_key:
             await accept_bootstrap_key(storage, hasher, config.bootstrap_management_key)
             return None
@@ -175,13 +185,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(_create_org, config, args.name, args.plan)
         if args.command == "admin" and args.admin_command == "grant-credits":
             return trio.run(_grant_credits, config, args.org, args.amount_usd, args.note)
-    except ConfigError as exc:
-        print(f"gateway: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except (MasterKeyError, StorageError) as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
-        return 1
+        if args.command == "admin" and args.admin_command == "rotate-master-key":
+            return trio.run(rotate_command, config, os.environ)
+    except Exception as exc:
+        return _failed(exc)
     return 2
+
+
+def _failed(exc: Exception) -> int:
+    """The exit code and message of an expected failure; anything else goes on up. Raised
+    inside `open_storage` on PostgreSQL it arrives wrapped in a group of one (trio-asyncio)."""
+    leaf: BaseException = exc
+    while isinstance(leaf, ExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
+    if isinstance(leaf, ConfigError):
+        print(f"gateway: configuration error: {leaf}", file=sys.stderr)
+        return 2
+    if isinstance(leaf, MasterKeyError | StorageError):
+        print(f"gateway: {leaf}", file=sys.stderr)
+        return 1
+    raise exc
 
 
 if __name__ == "__main__":

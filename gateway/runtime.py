@@ -28,9 +28,10 @@ from gateway.config.master_key import load_master_key
 from gateway.credits.payments import PaymentProcessor, open_processor
 from gateway.files import FileStore, open_file_store
 from gateway.inference.model_registry import ModelRegistry
+from gateway.keyring import register_age_gauge, unlock
 from gateway.operations.metrics import Metrics
 from gateway.provider_keys.resolver import ProviderKeyResolver
-from protocol.credentials import CredentialHasher, derive_pepper
+from protocol.credentials import CredentialHasher
 from protocol.secretbox import PROVIDER_KEYS, SecretBox
 from storage.open import Storage, open_storage
 
@@ -57,9 +58,9 @@ class Runtime:
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
 
 
-def credential_hasher(config: Config, master_key: bytes | None = None) -> CredentialHasher:
-    key = master_key or load_master_key(config.master_key, config.data_dir)
-    return CredentialHasher(derive_pepper(key))
+async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
+    """Keyed by the keyring's pepper; WrongMasterKey if `master_key` is not the keyring's."""
+    return CredentialHasher((await unlock(storage.keyring, master_key)).pepper)
 
 
 @asynccontextmanager
@@ -67,7 +68,6 @@ async def open_runtime(
     config: Config, *, cache_poll_interval: float = 1.0, last_used_interval: float = 1.0
 ) -> AsyncIterator[Runtime]:
     master_key = load_master_key(config.master_key, config.data_dir)
-    hasher = credential_hasher(config, master_key)
     async with (
         open_storage(config.database_url) as storage,
         open_rate_limiter(config.redis_url) as limiter,
@@ -75,6 +75,8 @@ async def open_runtime(
         open_file_store(config, storage.files, master_key) as files,
         trio.open_nursery() as nursery,
     ):
+        keyring = await unlock(storage.keyring, master_key)  # WrongMasterKey: a clear stop
+        hasher = CredentialHasher(keyring.pepper)
         supervisor = Supervisor("root")
         await nursery.start(supervisor.run)
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
@@ -116,6 +118,7 @@ async def open_runtime(
         metrics = Metrics()
         _register_gauges(metrics, supervisor, auth)
         _register_webhook_gauges(metrics, webhooks)
+        register_age_gauge(metrics, keyring)  # gateway_master_key_age_seconds
         nursery.start_soon(metrics.publish_gauges)
         registry = ModelRegistry(config.providers, config.models)
         try:

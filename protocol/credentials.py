@@ -1,8 +1,9 @@
 """API credentials: their forms, generation and keyed hashing. No I/O.
 
 Credentials are never stored: only `hash(secret)` (HMAC-SHA256 keyed by a pepper derived from
-the master key) and a short display prefix. A database dump alone therefore cannot be used to
-test guesses offline without the master key.
+the master key at the first start, then kept in the keyring sealed under it: protocol/keyring.py)
+and a short display prefix. A database dump alone therefore cannot be used to test guesses
+offline without the master key.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
 from storage.idempotency import IdempotencyRepository
+from storage.keyring import KeyringRepository
 from storage.keys import KeyRepository
 from storage.ledger import LedgerRepository
 from storage.migrate import migrate
@@ -31,6 +32,7 @@ class Storage:
     ledger: LedgerRepository
     provider_keys: ProviderKeyRepository
     webhooks: WebhookRepository
+    keyring: KeyringRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -44,6 +46,7 @@ class Storage:
             ledger=LedgerRepository(db),
             provider_keys=ProviderKeyRepository(db),
             webhooks=WebhookRepository(db),
+            keyring=KeyringRepository(db),
         )
 
 

@@ -1,0 +1,10 @@
+"""The keyring at start: the master key checked against the database, the credential pepper.
+
+unlock.py  `unlock`: the pepper, the key's id and creation time, or WrongMasterKey (a clear
+           message, not a failed decryption later); the master key's age gauge
+rotate.py  `rotate_master_key`: every sealed value and the keyring under a new master key
+"""
+
+from gateway.keyring.unlock import Keyring, WrongMasterKey, register_age_gauge, unlock
+
+__all__ = ["Keyring", "WrongMasterKey", "register_age_gauge", "unlock"]
