@@ -15,7 +15,6 @@ from contextlib import aclosing
 from typing import Literal
 from urllib.parse import quote
 
-from gateway.auth.principal import Principal
 from gateway.config.schema import FilesConfig
 from gateway.files.store import FileStore, file_corrupt
 from gateway.files.upload import Upload
@@ -112,13 +111,14 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         org = await orgs.get(org_id)
         return config.quota_bytes(org.plan if org is not None else "free")
 
-    async def owned(request: Request) -> tuple[Principal, FileRecord]:
+    async def owned(request: Request) -> FileRecord:
+        """The caller's file named in the path: 404 for anyone else's, or none."""
         assert request.principal is not None
         file_id = request.path_params["file_id"]
         record = await repo.get(request.principal.org_id, file_id, now=now_us())
         if record is None:
             raise _not_found(file_id)
-        return request.principal, record
+        return record
 
     @r.operation(
         Operation(
@@ -224,7 +224,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         )
     )
     async def retrieve_file(request: Request) -> Response:
-        _, record = await owned(request)
+        record = await owned(request)
         return json_response(file_object(record))
 
     @r.operation(
@@ -240,7 +240,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         )
     )
     async def download_file(request: Request) -> StreamResponse:
-        _, record = await owned(request)
+        record = await owned(request)
         try:
             chunks = await store.open_plaintext(record)
             # Up to PREFETCH_BYTES are decrypted before the answer starts: a file that small
