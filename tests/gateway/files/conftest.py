@@ -101,8 +101,27 @@ async def files_gateway(
     bucket = bucket or f"files-{random_token(10).lower()}"
     toml = files_toml(kind, server, bucket, quota) + extra_toml
     config = gateway_config(database_url, data_dir, toml=toml, **s3_env(server))
-    async with running_gateway(config) as gw:
-        yield FilesGateway(gw, kind, lister(kind, data_dir, server, bucket), data_dir)
+    try:
+        async with running_gateway(config) as gw:
+            yield FilesGateway(gw, kind, lister(kind, data_dir, server, bucket), data_dir)
+    finally:
+        if server is not None:
+            await trio.to_thread.run_sync(drop_bucket, server, bucket)
+
+
+def drop_bucket(server: SeaweedFS, bucket: str) -> None:
+    """Delete the test's bucket and all it holds: SeaweedFS gives each bucket its own volumes,
+    and the session's server has room for the volumes of only a few buckets."""
+    client = server.client()
+    try:
+        listing = client.list_objects_v2(Bucket=bucket)
+    except client.exceptions.NoSuchBucket:
+        return
+    for item in listing.get("Contents", []):
+        client.delete_object(Bucket=bucket, Key=item["Key"])
+    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    client.delete_bucket(Bucket=bucket)
 
 
 @pytest.fixture(params=["local", "s3"])
