@@ -10,7 +10,7 @@ the gateway made, so a client's filename never reaches a path or an object key.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import trio
@@ -69,7 +69,7 @@ class FileStore:
     def data_key(self, record: FileRecord) -> bytes:
         return unwrap_data_key(self.box, record.data_key_sealed, key_context(record))
 
-    async def open_plaintext(self, record: FileRecord) -> AsyncIterator[bytes]:
+    async def open_plaintext(self, record: FileRecord) -> AsyncGenerator[bytes, None]:
         """The file's content, decrypted chunk by chunk. Checks what can be checked before the
         first byte (the data key opens, the blob exists and has exactly the size the stored
         length implies) and raises `BlobCorrupt` for any of them; a chunk that fails later
@@ -95,7 +95,7 @@ class FileStore:
             await self.blobs.delete(key)
 
 
-async def _decrypted(reader: BlobReader, decryptor: Decryptor) -> AsyncIterator[bytes]:
+async def _decrypted(reader: BlobReader, decryptor: Decryptor) -> AsyncGenerator[bytes, None]:
     try:
         async for sealed in reader:
             for plain in decryptor.feed(sealed):

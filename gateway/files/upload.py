@@ -1,7 +1,7 @@
 """One upload, from the first byte of the `file` part to a `processed` row, with flat memory.
 
     async with Upload(store, org_id, quota, declared_length) as upload:
-        await upload.receive(part, purpose)     # purpose None: the form sends it after the file
+        await upload.receive(part, purpose, filename=label)  # purpose None: it comes later
         record = await upload.complete(purpose)
 
 `receive` streams the part: each piece is counted (413 past the purpose's size limit, at once),
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import aclosing
 from dataclasses import replace
 from types import TracebackType
 
@@ -118,12 +119,13 @@ class Upload:
         if self._record is None:
             await self._discard()
 
-    async def receive(self, part: Part, purpose: str | None) -> None:
-        """Store the `file` part's content (see the module docstring)."""
+    async def receive(self, part: Part, purpose: str | None, *, filename: str) -> None:
+        """Store the `file` part's content (see the module docstring) under `filename`, the
+        label `check_filename` made of the part's (never `part.filename` as sent)."""
         store = self._store
         limit = max_bytes(purpose)
         validator = validator_for(purpose) if purpose is not None else None
-        self._filename = part.filename or ""
+        self._filename = filename
         first = RESERVE_STEP if self._declared is None else min(self._declared, limit)
         await self._begin(purpose, max(first, 0))
         encryptor = Encryptor(self._data_key, self.file_id)
@@ -212,8 +214,9 @@ class Upload:
             raise RuntimeError(f"upload {self.file_id} lost its row")
         # The row says 0 bytes until `complete`; the blob holds `_size`.
         chunks = await self._store.open_plaintext(replace(record, bytes=self._size))
-        async for plain in chunks:
-            _feed(validator, plain)
+        async with aclosing(chunks):  # a bad line stops it early: the blob reader closes now
+            async for plain in chunks:
+                _feed(validator, plain)
         return _finish(validator)
 
     async def _discard(self) -> None:
