@@ -567,6 +567,19 @@ async def test_an_upload_past_the_quota_is_refused_403_as_it_grows(files_gw: Fil
     await assert_refused_and_clean(files_gw, answer.status, answer.body, 403, "quota_exceeded")
 
 
+async def test_a_declared_length_past_the_quota_is_refused_403_before_its_body_is_read(
+    files_gw: FilesGateway,
+) -> None:
+    """100 MB declared (under the route's 512 MB, over the 64 MiB quota): the reservation of
+    the declared length is refused at the file part's first byte."""
+    start = _purpose_then_file("user_data") + BLOCK[:65536]
+    answer = await upload_until_answered(files_gw, [start], length=100 * MB)
+    assert answer.sent == len(start)
+    assert b"\r\nconnection: close" in answer.head.lower()
+    assert answer.closed
+    await assert_refused_and_clean(files_gw, answer.status, answer.body, 403, "quota_exceeded")
+
+
 # -- 6: the client leaves mid-upload --------------------------------------------------------
 
 
