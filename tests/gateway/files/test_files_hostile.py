@@ -468,6 +468,7 @@ async def test_a_hostile_filename_is_only_a_label(
     assert download.content == b"content\n"
     disposition_back = download.headers["content-disposition"]
     assert disposition_back.isascii() and disposition_back.isprintable()
+    assert "set-cookie" not in download.headers  # a CR LF in the name would inject headers
     deleted = await files_gw.client.delete(f"/v1/files/{file_id}", headers=files_gw.auth())
     assert deleted.status_code == 200
     await wait_clean(files_gw)
