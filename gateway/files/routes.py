@@ -153,7 +153,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
                     if seen_file:
                         raise _duplicate("file")
                     seen_file = True
-                    await upload.receive(part, check_filename(part), purpose)
+                    await upload.receive(part, purpose, filename=check_filename(part))
             if not seen_file:
                 raise errors.invalid_request(
                     "The form has no `file` part.", param="file", code="missing_required_field"

@@ -1,7 +1,7 @@
 """One upload, from the first byte of the `file` part to a `processed` row, with flat memory.
 
     async with Upload(store, org_id, quota, declared_length) as upload:
-        await upload.receive(part, filename, purpose)   # purpose None: it comes after the file
+        await upload.receive(part, purpose, filename=label)  # purpose None: it comes later
         record = await upload.complete(purpose)
 
 `receive` streams the part: each piece is counted (413 past the purpose's size limit, at once),
@@ -120,9 +120,9 @@ class Upload:
         if self._record is None:
             await self._discard()
 
-    async def receive(self, part: Part, filename: str, purpose: str | None) -> None:
-        """Store the `file` part's content (see the module docstring); `filename` is the
-        label to keep (the route's checked version of the part's)."""
+    async def receive(self, part: Part, purpose: str | None, *, filename: str) -> None:
+        """Store the `file` part's content (see the module docstring) under `filename`, the
+        label `check_filename` made of the part's (never `part.filename` as sent)."""
         store = self._store
         limit = max_bytes(purpose)
         validator = validator_for(purpose) if purpose is not None else None
