@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
+from gateway.files.store import FORM_OVERHEAD_BYTES
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
@@ -22,11 +23,13 @@ from gateway.webhooks import routes as webhooks
 
 
 def body_limits(server: ServerConfig) -> BodyLimits:
+    """The request layer's caps. A file route's body is its form: the file (whose own limit the
+    upload enforces, gateway/files/) plus at most FORM_OVERHEAD_BYTES around it."""
     return BodyLimits(
         json=server.max_request_body_bytes,
         audio=server.max_audio_body_bytes,
-        file=server.max_file_body_bytes,
-        vision=server.max_vision_body_bytes,
+        file=server.max_file_body_bytes + FORM_OVERHEAD_BYTES,
+        vision=server.max_vision_body_bytes + FORM_OVERHEAD_BYTES,
     )
 
 

@@ -118,12 +118,12 @@ class FileRepository:
 
     # -- an upload ------------------------------------------------------------------------
 
-    async def begin_upload(self, new: NewUpload, *, reserve: int, quota: int) -> int:
-        """Insert the `uploading` row holding `reserve` bytes of the quota, or none when the
+    async def begin_upload(self, new: NewUpload, *, reserve: int, quota: int, need: int = 0) -> int:
+        """Insert the `uploading` row holding `reserve` bytes of the quota, or `need` when the
         org has not that much room left (the upload then reserves as it goes); returns the
-        bytes reserved. QuotaExceeded (and no row) when the org is over its quota already."""
+        bytes reserved. QuotaExceeded (and no row) when not even `need` fits."""
         async with self._db.transaction() as tx:
-            reserve = await _charge(tx, new.org_id, reserve, 0, quota)
+            reserve = await _charge(tx, new.org_id, reserve, need, quota)
             await tx.execute(
                 f"INSERT INTO files ({_COLUMNS}) VALUES (:id, :org_id, :purpose, :filename, 0, '',"
                 " :status, :blob_key, :sealed, :reserve, :now, :now, NULL)",

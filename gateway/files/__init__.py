@@ -45,4 +45,10 @@ async def open_file_store(
     config: Config, repo: FileRepository, master_key: bytes
 ) -> AsyncIterator[FileStore]:
     async with open_blob_store(config) as blobs:
-        yield FileStore(repo, blobs, SecretBox.for_purpose(master_key, FILE_KEYS))
+        yield FileStore(
+            repo,
+            blobs,
+            SecretBox.for_purpose(master_key, FILE_KEYS),
+            max_file_bytes=config.server.max_file_body_bytes,
+            max_vision_bytes=config.server.max_vision_body_bytes,
+        )

@@ -16,10 +16,10 @@ from typing import Literal
 from urllib.parse import quote
 
 from gateway.config.schema import FilesConfig
-from gateway.files.store import FileStore, file_corrupt
+from gateway.files.store import FORM_LIMITS, FileStore, file_corrupt
 from gateway.files.upload import Upload
 from gateway.web import Operation, Request, Response, Routes, json_response
-from gateway.web.multipart import MultipartLimits, Part, malformed
+from gateway.web.multipart import Part, malformed
 from gateway.web.responses import StreamResponse
 from protocol import errors
 from protocol.blobcrypt import BlobCorrupt
@@ -38,8 +38,6 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 MAX_FILENAME_CHARS = 512
 PREFETCH_BYTES = 1024 * 1024  # decrypted (so checked) before a download's answer starts
-# A files form has two parts; a few more are tolerated (and skipped) for SDKs that add fields.
-FORM_LIMITS = MultipartLimits(max_parts=16)
 
 
 def _not_found(file_id: str) -> errors.APIError:
@@ -90,6 +88,19 @@ def content_disposition(filename: str) -> str:
     """`attachment` with an ASCII fallback name and the exact one in RFC 8187 form."""
     fallback = "".join(c if c.isascii() and c not in '"\\' else "_" for c in filename)
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
+
+
+async def skip_field(part: Part) -> None:
+    """Another field (an SDK's extra): read and dropped, but capped like a field, so the form
+    around the file stays within FORM_OVERHEAD_BYTES."""
+    limit = FORM_LIMITS.max_field_bytes
+    async for _ in part:
+        if part.size > limit:
+            raise errors.invalid_request(
+                f"Field '{part.name}' is longer than {limit} bytes.",
+                param=part.name,
+                code="field_too_large",
+            )
 
 
 def _duplicate(name: str) -> errors.APIError:
@@ -154,6 +165,8 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
                         raise _duplicate("file")
                     seen_file = True
                     await upload.receive(part, purpose, filename=check_filename(part))
+                else:
+                    await skip_field(part)
             if not seen_file:
                 raise errors.invalid_request(
                     "The form has no `file` part.", param="file", code="missing_required_field"

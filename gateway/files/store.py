@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
+from gateway.web.multipart import MultipartLimits
 from protocol import blobcrypt
 from protocol.blobcrypt import BlobCorrupt, Decryptor
 from protocol.errors import APIError
@@ -24,8 +25,15 @@ from storage.files import FileRecord, FileRepository
 
 VISION = "vision"
 VISION_RETENTION_US = 24 * 3600 * 1_000_000  # SPEC: vision files expire after 24 hours
-MAX_FILE_BYTES = 512_000_000  # SPEC limits: 512 MB per file ...
-MAX_VISION_BYTES = 20_000_000  # ... and 20 MB for vision
+# What one upload's form may hold (gateway/web/multipart.py): the file and `purpose`, and a few
+# more fields that SDKs may add (skipped).
+FORM_LIMITS = MultipartLimits(max_parts=16)
+# The most a form adds to its file: every other part's headers and value, and boundaries. The
+# route's body limit is the file limit plus this, so a file of exactly the limit fits; a
+# declared length past the quota by more than this is refused before the body is read.
+FORM_OVERHEAD_BYTES = FORM_LIMITS.max_parts * (
+    FORM_LIMITS.max_header_bytes + FORM_LIMITS.max_field_bytes + 256
+)
 
 
 def blob_key(org_id: str, file_id: str) -> str:
@@ -38,10 +46,6 @@ def key_context(record_or_org: FileRecord | str, file_id: str | None = None) -> 
         return (record_or_org.org_id, record_or_org.id)
     assert file_id is not None
     return (record_or_org, file_id)
-
-
-def max_bytes(purpose: str | None) -> int:
-    return MAX_VISION_BYTES if purpose == VISION else MAX_FILE_BYTES
 
 
 def expires_at(purpose: str, created_at: int) -> int | None:
@@ -65,6 +69,12 @@ class FileStore:
     repo: FileRepository
     blobs: BlobStore
     box: SecretBox  # purpose FILE_KEYS
+    max_file_bytes: int = 512_000_000  # `[server] max_file_body_bytes` (SPEC: 512 MB)
+    max_vision_bytes: int = 20_000_000  # `[server] max_vision_body_bytes` (SPEC: 20 MB)
+
+    def max_bytes(self, purpose: str | None) -> int:
+        """The largest file of `purpose` (None: not known yet, the largest of all)."""
+        return self.max_vision_bytes if purpose == VISION else self.max_file_bytes
 
     def data_key(self, record: FileRecord) -> bytes:
         return unwrap_data_key(self.box, record.data_key_sealed, key_context(record))

@@ -33,12 +33,12 @@ from types import TracebackType
 import trio
 
 from gateway.files.store import (
+    FORM_OVERHEAD_BYTES,
     VISION,
     FileStore,
     blob_key,
     expires_at,
     key_context,
-    max_bytes,
 )
 from gateway.web.multipart import Part
 from protocol.blobcrypt import Encryptor, new_data_key
@@ -71,13 +71,13 @@ def quota_exceeded(quota: int) -> APIError:
     )
 
 
-def too_large(purpose: str | None) -> APIError:
+def too_large(purpose: str | None, limit: int) -> APIError:
     """The 413 of the request layer (`request_too_large`, Connection: close), saying which
-    limit: the route's is the largest (512 MB); `vision` files have a smaller one."""
+    limit: `vision` files have a smaller one than the others."""
     what = "`vision` files" if purpose == VISION else "files"
     return APIError(
         413,
-        f"The file is too large: {what} may hold at most {max_bytes(purpose)} bytes.",
+        f"The file is too large: {what} may hold at most {limit} bytes.",
         type="invalid_request_error",
         code="request_too_large",
         param="file",
@@ -124,11 +124,14 @@ class Upload:
         """Store the `file` part's content (see the module docstring) under `filename`, the
         label `check_filename` made of the part's (never `part.filename` as sent)."""
         store = self._store
-        limit = max_bytes(purpose)
+        limit = store.max_bytes(purpose)
         validator = validator_for(purpose) if purpose is not None else None
         self._filename = filename
-        first = RESERVE_STEP if self._declared is None else min(self._declared, limit)
-        await self._begin(purpose, max(first, 0))
+        if self._declared is None:
+            await self._begin(purpose, RESERVE_STEP, need=0)
+        else:  # the form around the file is at most FORM_OVERHEAD_BYTES of the declared length
+            declared = min(self._declared, limit)
+            await self._begin(purpose, declared, need=max(0, declared - FORM_OVERHEAD_BYTES))
         encryptor = Encryptor(self._data_key, self.file_id)
         writer = await store.blobs.open_writer(blob_key(self._org_id, self.file_id))
         async with writer:
@@ -136,7 +139,7 @@ class Upload:
             async for piece in part:
                 self._size += len(piece)
                 if self._size > limit:
-                    raise too_large(purpose)
+                    raise too_large(purpose, limit)
                 if self._size > self._reserved:
                     await self._reserve(limit)
                     touched = time.monotonic()
@@ -156,8 +159,9 @@ class Upload:
     async def complete(self, purpose: str) -> FileRecord:
         """Validate (when `receive` could not yet) and make the file `processed`."""
         if not self._validated:
-            if self._size > max_bytes(purpose):
-                raise too_large(purpose)
+            limit = self._store.max_bytes(purpose)
+            if self._size > limit:
+                raise too_large(purpose, limit)
             self._media_type = await self._validate_stored(purpose)
         now = now_us()
         self._record = await self._store.repo.complete(
@@ -173,7 +177,7 @@ class Upload:
 
     # -- inside ---------------------------------------------------------------------------
 
-    async def _begin(self, purpose: str | None, reserve: int) -> None:
+    async def _begin(self, purpose: str | None, reserve: int, *, need: int) -> None:
         store = self._store
         upload = NewUpload(
             id=self.file_id,
@@ -188,7 +192,7 @@ class Upload:
         )
         try:
             self._reserved = await store.repo.begin_upload(
-                upload, reserve=reserve, quota=self._quota
+                upload, reserve=reserve, need=need, quota=self._quota
             )
         except QuotaExceeded:
             raise quota_exceeded(self._quota) from None

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.files.store import FORM_OVERHEAD_BYTES
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.errors import ClientDisconnected
 from gateway.web.multipart import Form, SpooledFile
@@ -201,7 +202,7 @@ def _declare_too_much(address: tuple[str, int], key: str) -> bytes:
             b"POST /v1/test/upload HTTP/1.1\r\nhost: test\r\ncontent-length: %d\r\n"
             b"authorization: Bearer %s\r\n"
             b"content-type: multipart/form-data; boundary=%s\r\n\r\n"
-            % (ROUTE_LIMIT + 1, key.encode(), BOUNDARY)
+            % (ROUTE_LIMIT + FORM_OVERHEAD_BYTES + 1, key.encode(), BOUNDARY)
         )
         sock.sendall(b"x" * 65536)  # the start of a body that is never read
         head, _ = _read_response(sock)
