@@ -95,11 +95,27 @@ class FilesRow:
         return self.downloaded_bytes == self.bytes and self.download_sha256 == self.sha256
 
     @property
+    def gateway_cpu_ms_per_mb_upload(self) -> float:
+        """The gateway's CPU per MB uploaded: what its one core allows, however busy the
+        machine (1000 / this = its MB/s with a whole core)."""
+        return 10 * self.gateway_cpu_upload_pct / self.upload_mb_s
+
+    @property
+    def gateway_cpu_ms_per_mb_download(self) -> float:
+        return 10 * self.gateway_cpu_download_pct / self.download_mb_s
+
+    @property
     def rss_growth_mb(self) -> float:
         return max(self.rss_peak_upload_mb, self.rss_peak_download_mb) - self.rss_before_mb
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "hash_ok": self.hash_ok, "rss_growth_mb": self.rss_growth_mb}
+        return {
+            **asdict(self),
+            "hash_ok": self.hash_ok,
+            "rss_growth_mb": self.rss_growth_mb,
+            "gateway_cpu_ms_per_mb_upload": self.gateway_cpu_ms_per_mb_upload,
+            "gateway_cpu_ms_per_mb_download": self.gateway_cpu_ms_per_mb_download,
+        }
 
 
 @dataclass(frozen=True)
@@ -457,8 +473,11 @@ def table(rows: list[FilesRow]) -> str:
         out.write(
             f"{row.purpose} {row.bytes / 1e6:.0f} MB: upload {row.upload_mb_s:.0f} MB/s"
             f" ({row.upload_mb_s / row.disk_write_mb_s:.2f}x straight to disk), download"
-            f" {row.download_mb_s:.0f} MB/s; gateway RSS grew {row.rss_growth_mb:+.1f} MiB"
-            f" at peak, {row.rss_after_mb - row.rss_before_mb:+.1f} MiB after\n"
+            f" {row.download_mb_s:.0f} MB/s; gateway CPU"
+            f" {row.gateway_cpu_ms_per_mb_upload:.1f} ms/MB up,"
+            f" {row.gateway_cpu_ms_per_mb_download:.1f} down; gateway RSS grew"
+            f" {row.rss_growth_mb:+.1f} MiB at peak, {row.rss_after_mb - row.rss_before_mb:+.1f}"
+            " MiB after\n"
         )
     return out.getvalue()
 
