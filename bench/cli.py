@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -254,6 +255,7 @@ def _files(args: argparse.Namespace) -> int:
     options = FilesOptions(
         sizes_mb=args.mb, purposes=args.purpose, rounds=args.rounds, progress=not args.no_progress
     )
+    load_before = os.getloadavg()[0]
     try:
         rows = trio.run(run_files, options)
     except SuiteError as exc:
@@ -262,11 +264,16 @@ def _files(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("bench: interrupted", file=sys.stderr)
         return 130
+    load = (load_before, os.getloadavg()[0])
     print(table(rows), end="")
+    print(
+        f"load average (1 min): {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs"
+    )
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / "files.json"
-        path.write_text(json.dumps(report_json(rows, options), indent=2) + "\n")
+        report = {**report_json(rows, options), "loadavg_1min": list(load)}
+        path.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {path}")
     return 0 if all(row.hash_ok for row in rows) else 1
 

@@ -89,12 +89,14 @@ def test_files_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert lines[0].split()[:3] == ["purpose", "MB", "upload"]
     assert [line.split()[0] for line in lines[1:3]] == ["fine-tune", "user_data"]
     assert all(line.split()[-1] == "ok" for line in lines[1:3])
+    assert any(line.startswith("load average (1 min): ") for line in lines)
     report = json.loads((tmp_path / "files.json").read_text())
     assert (report["scenario"], report["sizes_mb"], report["purposes"]) == (
         "files",
         [2],
         ["fine-tune", "user_data"],
     )
+    assert len(report["loadavg_1min"]) == 2
     rows = report["rows"]
     assert [row["purpose"] for row in rows] == ["fine-tune", "user_data"]
     for row in rows:
