@@ -46,6 +46,10 @@ from bench.suite import (
 from gateway.web.app import BodyLimits
 
 PURPOSES = ("fine-tune", "user_data")
+_LABELS = {  # the `file` part's filename and media type
+    "fine-tune": ("bench.jsonl", "application/jsonl"),
+    "user_data": ("bench.bin", "application/octet-stream"),
+}
 PIECE = 64 * 1024  # what the client sends or hashes at a time
 _BLOCK = 1_000_000  # the repeated block the content is made of
 _BOUNDARY = "gateway-bench-files-boundary"
@@ -134,8 +138,8 @@ class Content:
             block = fine_tune_jsonl(_BLOCK)  # ~1 MB of ~1.4 KB lines, ends with a newline
             whole, rest = divmod(size, len(block))
             size = whole * len(block) + block.rfind(b"\n", 0, rest) + 1
-            return cls(block, size, "bench.jsonl", "application/jsonl")
-        return cls(os.urandom(_BLOCK), size, "bench.bin", "application/octet-stream")
+            return cls(block, size, *_LABELS[purpose])
+        return cls(os.urandom(_BLOCK), size, *_LABELS[purpose])
 
     def pieces(self, piece: int = PIECE) -> Iterator[bytes]:
         block, offset, left = self.block, 0, self.size
@@ -161,8 +165,8 @@ def form_parts(purpose: str, content: Content) -> tuple[bytes, bytes]:
 
 def largest_file(purpose: str) -> int:
     """The most file bytes a request under the gateway's body limit can carry."""
-    head, tail = form_parts(purpose, Content(b"", 0, "bench.jsonl", "application/jsonl"))
-    return BODY_LIMIT - len(head) - len(tail) - 16
+    head, tail = form_parts(purpose, Content(b"", 0, *_LABELS[purpose]))
+    return BODY_LIMIT - len(head) - len(tail)
 
 
 class RssGauge:
