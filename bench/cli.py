@@ -1,6 +1,6 @@
 """`gateway bench` (and `python -m bench.cli`): the standard suite, two gateways loaded at once
 (billing on against off, every success an event against none, or this tree against an earlier
-revision), or load against any
+revision), the Files API's upload and download throughput (`files`), or load against any
 OpenAI-compatible base URL. Prints the table on stdout; writes CSV and PNGs when asked.
 
 Exit status: 0 when every scenario ran without errors, 1 when some requests failed or a piece of
@@ -10,12 +10,15 @@ the suite did not start, 2 on bad arguments, 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
 import trio
 
 from bench.compare import compare_billing, compare_events, compare_revision
+from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
 from bench.load import Scenario
 from bench.report import (
@@ -66,6 +69,14 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def _purposes(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [value for value in values if value not in PURPOSES]
+    if not values or unknown:
+        raise argparse.ArgumentTypeError(f"purposes are among {', '.join(PURPOSES)}")
+    return values
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -133,6 +144,29 @@ def _parser() -> argparse.ArgumentParser:
         default=default_cache(),
         help="where REV's tree and virtualenv are kept (default: %(default)s)",
     )
+
+    files = commands.add_parser(
+        "files",
+        help="POST /v1/files and GET its content through a gateway: MB/s against straight to "
+        "disk, and the gateway's RSS",
+    )
+    files.add_argument(
+        "--mb",
+        type=_concurrency,
+        default=(100,),
+        metavar="100[,512]",
+        help="file sizes in MB (10^6 bytes); 512 is capped at what the body limit lets through",
+    )
+    files.add_argument(
+        "--purpose",
+        type=_purposes,
+        default=PURPOSES,
+        metavar=",".join(PURPOSES),
+        help="fine-tune: chat JSONL, validated as it streams; user_data: random bytes",
+    )
+    files.add_argument("--rounds", type=_at_least_one, default=1, help="uploads per size/purpose")
+    files.add_argument("--out", type=Path, help="write files.json here")
+    files.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
@@ -215,6 +249,35 @@ def _write_outputs(out: Path, rows: list[Row]) -> None:
         print(f"wrote {path}")
 
 
+def _files(args: argparse.Namespace) -> int:
+    """`gateway bench files`: the table on stdout, files.json in `--out`; 1 when a
+    download did not match what was uploaded (or the gateway did not start or answer)."""
+    options = FilesOptions(
+        sizes_mb=args.mb, purposes=args.purpose, rounds=args.rounds, progress=not args.no_progress
+    )
+    load_before = os.getloadavg()[0]
+    try:
+        rows = trio.run(run_files, options)
+    except SuiteError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    load = (load_before, os.getloadavg()[0])
+    print(table(rows), end="")
+    print(
+        f"load average (1 min): {load[0]:.2f} before, {load[1]:.2f} after, on {os.cpu_count()} CPUs"
+    )
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "files.json"
+        report = {**report_json(rows, options), "loadavg_1min": list(load)}
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0 if all(row.hash_ok for row in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -224,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 Endpoint.from_base_url(url)
             except ValueError as exc:
                 parser.error(str(exc))
+    if args.command == "files":
+        return _files(args)
     raise_fd_limit()
     sides = ""
     try:
