@@ -12,14 +12,14 @@ import pytest
 
 from bench.cli import _parser, main
 from bench.files import (
-    BODY_LIMIT,
     PURPOSES,
     Content,
     FilesOptions,
     form_parts,
-    largest_file,
     planned_sizes,
 )
+from gateway.app import body_limits
+from gateway.config.schema import ServerConfig
 from protocol.files import validator_for
 
 
@@ -71,14 +71,14 @@ def test_user_data_content_has_the_exact_size_in_pieces() -> None:
     assert hashlib.sha256(b"".join(pieces)).hexdigest() == again  # same bytes however cut
 
 
-def test_512_mb_is_capped_at_what_the_body_limit_lets_through() -> None:
+def test_512_mb_is_the_whole_file_limit_and_its_form_fits_the_body_limit() -> None:
     options = FilesOptions(sizes_mb=(2, 512))
+    body_limit = body_limits(ServerConfig()).file
     for purpose in PURPOSES:
         small, large = planned_sizes(options, purpose)
-        assert small == 2_000_000
+        assert (small, large) == (2_000_000, 512_000_000)
         head, tail = form_parts(purpose, Content.for_purpose(purpose, large))
-        assert large == largest_file(purpose)
-        assert 511_000_000 < len(head) + large + len(tail) <= BODY_LIMIT
+        assert len(head) + large + len(tail) <= body_limit
 
 
 @pytest.mark.filterwarnings("ignore:fewer than 2 CPUs")
