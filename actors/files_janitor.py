@@ -10,6 +10,7 @@ only as it was read, so an upload that moved on, or a row another janitor took, 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -64,22 +65,23 @@ class FilesJanitor(Actor):
     async def sweep_once(self, now: int | None = None) -> None:
         """One round; `now` (µs) for tests, else the wall clock."""
         now = now_us() if now is None else now
-        while True:
-            batch = await self._repo.expired(now=now, limit=self._batch)
-            removed = await self._remove(batch)
-            self.expired += removed
-            if len(batch) < self._batch or not removed:
-                break
-        while True:
-            batch = await self._repo.stale_uploads(
-                before=now - self._stale_upload_us, limit=self._batch
-            )
-            removed = await self._remove(batch)
-            self.abandoned += removed
-            if len(batch) < self._batch or not removed:
-                break
+        stale_before = now - self._stale_upload_us
+        self.expired += await self._drain(lambda: self._repo.expired(now=now, limit=self._batch))
+        self.abandoned += await self._drain(
+            lambda: self._repo.stale_uploads(before=stale_before, limit=self._batch)
+        )
         self.temporaries += await self._blobs.remove_stale(self._stale_temporary_s)
         self.runs += 1
+
+    async def _drain(self, fetch: Callable[[], Awaitable[list[FileRecord]]]) -> int:
+        """Remove batch after batch until one comes back short (or removes nothing)."""
+        total = 0
+        while True:
+            batch = await fetch()
+            removed = await self._remove(batch)
+            total += removed
+            if len(batch) < self._batch or not removed:
+                return total
 
     async def _remove(self, records: list[FileRecord]) -> int:
         removed = 0
