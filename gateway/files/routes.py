@@ -109,11 +109,6 @@ def _duplicate(name: str) -> errors.APIError:
     )
 
 
-def _declared_length(request: Request) -> int | None:
-    value = request.header(b"content-length")
-    return int(value) if value is not None and value.isdigit() else None
-
-
 def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes:
     r = Routes()
     repo = store.repo
@@ -152,7 +147,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         purpose: str | None = None
         seen_file = False
         async with (
-            Upload(store, org_id, quota, _declared_length(request)) as upload,
+            Upload(store, org_id, quota, request.content_length) as upload,
             request.multipart(FORM_LIMITS) as form,
         ):
             async for part in form:

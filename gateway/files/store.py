@@ -40,12 +40,9 @@ def blob_key(org_id: str, file_id: str) -> str:
     return f"files/{org_id}/{file_id}"
 
 
-def key_context(record_or_org: FileRecord | str, file_id: str | None = None) -> tuple[str, str]:
-    """The secretbox context of a file's data key: (org id, file id)."""
-    if isinstance(record_or_org, FileRecord):
-        return (record_or_org.org_id, record_or_org.id)
-    assert file_id is not None
-    return (record_or_org, file_id)
+def key_context(org_id: str, file_id: str) -> tuple[str, str]:
+    """The secretbox context of a file's data key (as storage/keyring.py re-seals it)."""
+    return (org_id, file_id)
 
 
 def expires_at(purpose: str, created_at: int) -> int | None:
@@ -77,7 +74,9 @@ class FileStore:
         return self.max_vision_bytes if purpose == VISION else self.max_file_bytes
 
     def data_key(self, record: FileRecord) -> bytes:
-        return unwrap_data_key(self.box, record.data_key_sealed, key_context(record))
+        return unwrap_data_key(
+            self.box, record.data_key_sealed, key_context(record.org_id, record.id)
+        )
 
     async def open_plaintext(self, record: FileRecord) -> AsyncGenerator[bytes, None]:
         """The file's content, decrypted chunk by chunk. Checks what can be checked before the

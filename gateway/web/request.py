@@ -129,18 +129,24 @@ class Request:
 
     # -- body -----------------------------------------------------------------------------
 
+    @property
+    def content_length(self) -> int | None:
+        """The declared body length (None: chunked, or none); 400 when not an integer."""
+        declared = self.header(b"content-length")
+        if declared is None:
+            return None
+        try:
+            return int(declared)
+        except ValueError:
+            raise invalid_request("Content-Length is not an integer.") from None
+
     def _check_declared_length(self) -> None:
         if self._body_read:
             raise RuntimeError("the request body was already read")
         self._body_read = True
-        declared = self.header(b"content-length")
-        if declared is not None:
-            try:
-                length = int(declared)
-            except ValueError:
-                raise invalid_request("Content-Length is not an integer.") from None
-            if length > self.limit:
-                raise request_too_large()
+        length = self.content_length
+        if length is not None and length > self.limit:
+            raise request_too_large()
 
     async def body(self) -> bytes:
         """The whole body. APIError 413 past the limit; ClientDisconnected if the client left.

@@ -15,6 +15,7 @@ import trio
 
 from tests.gateway.files.conftest import FilesGateway
 from tests.gateway.rawhttp import Raw
+from tests.waiting import wait_until_async
 
 MiB = 1024 * 1024
 BOUNDARY = b"hostile-b0undary-Zq8"
@@ -121,9 +122,7 @@ async def _clean(fg: FilesGateway) -> bool:
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]]) -> None:
     """Poll an async predicate (the database, the blob store) until it holds, bounded."""
-    with trio.fail_after(CLEAN_TIMEOUT_S):
-        while not await predicate():  # noqa: ASYNC110 - no event to wait on for such state
-            await trio.sleep(0.02)
+    await wait_until_async(predicate, CLEAN_TIMEOUT_S)
 
 
 async def assert_serves(fg: FilesGateway, *, clean: bool = True) -> None:

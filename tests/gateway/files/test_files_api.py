@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -182,7 +183,6 @@ async def test_list_filters_orders_and_pages(files_gw: FilesGateway) -> None:
         purpose = "batch" if i % 2 else "user_data"
         content = batch_jsonl(1) if purpose == "batch" else b"x"
         ids.append((await uploaded(files_gw, content, purpose=purpose))["id"])
-        await trio.sleep(0.002)  # distinct created_at instants (µs) for a stable order
     auth = files_gw.auth()
 
     async def listing(**params: Any) -> dict[str, Any]:
@@ -348,14 +348,13 @@ async def test_tampering_found_after_the_first_chunk_cuts_the_download_short(
     # a bit flipped in the last chunk: the first ones authenticate and are sent
     await _tamper(files_gw, body["id"], lambda b: b[:-100] + bytes([b[-100] ^ 1]) + b[-99:])
     received = bytearray()
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(httpx.RemoteProtocolError):
         async with files_gw.client.stream(
             "GET", f"{PATH}/{body['id']}/content", headers=files_gw.auth()
         ) as r:
             assert r.status_code == 200
             async for chunk in r.aiter_raw():
                 received += chunk
-    assert "incomplete" in repr(caught.value).lower() or "closed" in repr(caught.value).lower()
     assert len(received) < len(content)
     assert bytes(received) == content[: len(received)]  # only authenticated bytes were sent
     # and the server goes on serving
