@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import select
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import trio
 
-from protocol.http1_client import BadResponse, ResponseHead, ResponseParser, format_request
+from protocol.http1_client import (
+    BadResponse,
+    ResponseHead,
+    ResponseParser,
+    format_chunk,
+    format_request,
+    format_request_head,
+)
 
 _RECEIVE = 65536
 
@@ -87,6 +94,7 @@ class Response:
         self._conn = conn
         self._pending = first
         self._read_timeout = timeout
+        self.keep = True  # False: never reused, whatever the response said
 
     @property
     def head(self) -> ResponseHead:
@@ -103,7 +111,7 @@ class Response:
 
     @property
     def reusable(self) -> bool:
-        return self._parser.reusable
+        return self.keep and self._parser.reusable
 
     async def next_chunk(self) -> bytes:
         """The next body bytes as they arrive (chunked framing removed); b"" at the end.
@@ -218,6 +226,50 @@ class Http1Pool:
                 else:
                     await _close(conn)
 
+    @asynccontextmanager
+    async def request_streamed(
+        self, method: str, path: str, headers: bytes, chunks: AsyncIterable[bytes]
+    ) -> AsyncIterator[Response]:
+        """As `request`, with the body sent as it comes from `chunks` (chunked transfer coding:
+        `headers` must not frame it), on a new connection: a kept-alive one the server closed
+        meanwhile could not be retried once `chunks` was consumed. An exception from `chunks`
+        (the client left) passes through and closes the connection. When the upstream answers
+        before the body ended (an early 413) and stops reading, that answer is the response."""
+        head = format_request_head(method, self.base_path + path, self.authority, headers)
+        async with self._limit:
+            conn = await self._connect()
+            try:
+                response = await self._send_streamed(conn, head, chunks)
+            except BaseException:
+                await _close(conn)
+                raise
+            try:
+                yield response
+            finally:
+                if response.reusable and len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                else:
+                    await _close(conn)
+
+    async def _send_streamed(
+        self, conn: _Connection, head: bytes, chunks: AsyncIterable[bytes]
+    ) -> Response:
+        stream = conn.stream
+        finished = False
+        if await _sent(stream, head):
+            async for chunk in chunks:
+                if chunk and not await _sent(stream, format_chunk(chunk)):
+                    break  # the upstream stopped reading: perhaps it answered early
+            else:
+                finished = await _sent(stream, format_chunk(b""))
+        try:
+            response = await self._read_head(conn)
+        except _Stale:
+            raise ConnectionBroken("connection closed before the response") from None
+        if not finished:
+            response.keep = False  # the request was cut short: the connection is spent
+        return response
+
     async def _exchange(self, data: bytes) -> tuple[_Connection, Response]:
         while self._idle:
             conn = self._idle.pop()
@@ -243,13 +295,17 @@ class Http1Pool:
             raise
 
     async def _send(self, conn: _Connection, data: bytes) -> Response:
-        """Send `data` and read until the response head is complete, within one read timeout
-        for the whole head. Raises _Stale if the connection was closed before any byte."""
-        stream = conn.stream
+        """Send `data` and read the response head (`_read_head`)."""
         try:
-            await stream.send_all(data)
+            await conn.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             raise _Stale from None
+        return await self._read_head(conn)
+
+    async def _read_head(self, conn: _Connection) -> Response:
+        """Read until the response head is complete, within one read timeout for the whole
+        head. Raises _Stale if the connection was closed before any byte."""
+        stream = conn.stream
         parser = ResponseParser()
         received = False
         try:
@@ -297,6 +353,15 @@ class Http1Pool:
         idle, self._idle = self._idle, []
         for conn in idle:
             await _close(conn)
+
+
+async def _sent(stream: trio.abc.Stream, data: bytes) -> bool:
+    """Whether `data` went out; False when the peer closed or reset the connection."""
+    try:
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        return False
+    return True
 
 
 class _Stale(Exception):

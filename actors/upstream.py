@@ -15,7 +15,7 @@ the measurement that replaced httpx here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -125,11 +125,8 @@ class UpstreamClient:
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
         )
-        common = _auth_headers(kind, api_key)
-        self._headers = {
-            accept: format_headers({**common, "Content-Type": "application/json", "Accept": accept})
-            for accept in ("application/json", "text/event-stream")
-        }
+        self._api_key = api_key
+        self._headers: dict[str, bytes] = {}  # by Accept, built on first use
 
     def __repr__(self) -> str:
         return f"<UpstreamClient {self.name} ({self.kind}) in_flight={self.stats.in_flight}>"
@@ -167,11 +164,51 @@ class UpstreamClient:
         configured key for this call."""
         return self._request("POST", path, body, accept, api_key)
 
-    def _headers_for(self, accept: str, api_key: str | None) -> bytes:
-        if api_key is None:  # the common case: headers built once, at start
-            return self._headers[accept]
+    def post_streamed(
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        content_type: str,
+        accept: str = "application/json",
+        api_key: str | None = None,
+    ) -> AbstractAsyncContextManager[Response]:
+        """As `stream`, with a request body sent as `chunks` yields it (chunked transfer
+        coding, e.g. a multipart form relayed as the client sends it): a 24 MB audio file goes
+        through without being held. The body cannot be resent, so the call is not retried."""
+        return self._request_streamed(path, chunks, content_type, accept, api_key)
+
+    def _headers_for(
+        self, accept: str, api_key: str | None, content_type: str = "application/json"
+    ) -> bytes:
+        if api_key is None and content_type == "application/json":
+            headers = self._headers.get(accept)  # the common case: built once per Accept
+            if headers is None:
+                headers = self._headers[accept] = self._format(accept, self._api_key, content_type)
+            return headers
+        return self._format(accept, api_key or self._api_key, content_type)
+
+    def _format(self, accept: str, api_key: str | None, content_type: str) -> bytes:
         common = _auth_headers(self.kind, api_key)
-        return format_headers({**common, "Content-Type": "application/json", "Accept": accept})
+        return format_headers({**common, "Content-Type": content_type, "Accept": accept})
+
+    @asynccontextmanager
+    async def _request_streamed(
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        content_type: str,
+        accept: str,
+        api_key: str | None,
+    ) -> AsyncIterator[Response]:
+        headers = self._headers_for(accept, api_key, content_type)
+        async with self._counted() as stats:
+            with mapped_errors(self.name):
+                async with self.pool.request_streamed(
+                    "POST", "/" + path, headers, chunks
+                ) as response:
+                    await self._check_status(response, stats)
+                    yield response
 
     @asynccontextmanager
     async def _request(
@@ -183,7 +220,7 @@ class UpstreamClient:
             with mapped_errors(self.name):
                 headers = self._headers_for(accept, api_key)
                 async with self.pool.request(method, "/" + path, headers, body) as response:
-                    status = response.status
+                    status = response.status  # `_check_status`, inlined on the hot path
                     self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
                     if status >= 300:
                         raise UpstreamStatusError(
@@ -198,6 +235,32 @@ class UpstreamClient:
             raise
         finally:
             self.stats.in_flight -= 1
+
+    @asynccontextmanager
+    async def _counted(self) -> AsyncIterator[ClientStats]:
+        """The stats of one call (the hot path's `_request` inlines this)."""
+        stats = self.stats
+        stats.requests += 1
+        stats.in_flight += 1
+        try:
+            yield stats
+        except UpstreamError:
+            stats.errors += 1
+            raise
+        finally:
+            stats.in_flight -= 1
+
+    async def _check_status(self, response: Response, stats: ClientStats) -> None:
+        """UpstreamStatusError (with the start of its body) for a non-2xx answer."""
+        status = response.status
+        stats.by_status[status] = stats.by_status.get(status, 0) + 1
+        if status >= 300:
+            raise UpstreamStatusError(
+                self.name,
+                status,
+                await response.read_prefix(_ERROR_BODY_LIMIT),
+                response.headers.get("retry-after"),
+            )
 
     async def aclose(self) -> None:
         await self.pool.aclose()

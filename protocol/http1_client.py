@@ -44,6 +44,17 @@ def format_request(method: str, target: str, authority: str, headers: bytes, bod
     return b"".join((head, headers, b"\r\n", body))
 
 
+def format_request_head(method: str, target: str, authority: str, headers: bytes) -> bytes:
+    """The head of a request whose body follows in chunks (`format_chunk`)."""
+    head = f"{method} {target} HTTP/1.1\r\nHost: {authority}\r\nTransfer-Encoding: chunked\r\n"
+    return b"".join((head.encode("latin-1"), headers, b"\r\n"))
+
+
+def format_chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body; b"" gives the last chunk (and the empty trailer)."""
+    return b"%x\r\n%b\r\n" % (len(data), data) if data else b"0\r\n\r\n"
+
+
 def format_headers(pairs: dict[str, str]) -> bytes:
     return "".join(f"{k}: {v}\r\n" for k, v in pairs.items()).encode("latin-1")
 

@@ -270,6 +270,10 @@ def _parse_models(
                 provider=provider,
                 upstream=table.get("upstream", schema.parse_string, model_id),
                 **prices,
+                usd_per_image_by=table.get("usd_per_image_by", schema.parse_price_table, ()),
+                max_document_tokens=table.get(
+                    "max_document_tokens", schema.parse_document_tokens, None
+                ),
             )
         )
         table.finish()

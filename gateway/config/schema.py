@@ -156,6 +156,12 @@ class ModelConfig:
     usd_per_1k_chars: Decimal | None = None
     usd_per_minute: Decimal | None = None
     training_usd_per_mtok: Decimal | None = None
+    # Images priced by size, or size and quality: ("1024x1792", 0.08), ("1024x1024/hd", 0.08).
+    # A request's most specific match wins, then `usd_per_image` (gateway/images/).
+    usd_per_image_by: tuple[tuple[str, Decimal], ...] = ()
+    # Rerank: the most tokens one document may hold (SPEC: a per-model maximum, 512 to 16,000);
+    # None: the gateway's default (gateway/rerank/).
+    max_document_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -326,6 +332,26 @@ def parse_price(value: object) -> Decimal:
     if price < 0:
         raise InvalidValue(f"must not be negative, got {describe(value)}")
     return price.copy_abs()  # exact; turns -0.0 into 0.0
+
+
+def parse_price_table(value: object) -> tuple[tuple[str, Decimal], ...]:
+    """An inline table of prices by name: `{ "1024x1024" = 0.04, "1024x1024/hd" = 0.08 }`."""
+    if not isinstance(value, dict):
+        raise InvalidValue(f"must be a table of prices by name, got {describe(value)}")
+    table: list[tuple[str, Decimal]] = []
+    for name, price in value.items():
+        try:
+            table.append((name, parse_price(price)))
+        except InvalidValue as exc:
+            raise InvalidValue(f"{describe(name)} {exc.problem}") from None
+    return tuple(table)
+
+
+def parse_document_tokens(value: object) -> int:
+    """SPEC: a reranker's per-document token maximum is from 512 to 16,000."""
+    if isinstance(value, int) and not isinstance(value, bool) and 512 <= value <= 16_000:
+        return value
+    raise InvalidValue(f"must be an integer from 512 to 16000, got {describe(value)}")
 
 
 def one_of(choices: frozenset[str] | tuple[str, ...]) -> Callable[[object], str]:

@@ -4,20 +4,43 @@ it cost, rate limit."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import lru_cache
 
 from gateway.config import ModelConfig
-from gateway.inference.billing import open_bill, open_free_bill
+from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, capability_missing, require_price
 from protocol.billing import KeyBudget
+from protocol.errors import invalid_request
 
-# What each provider kind can do through the gateway so far; `supports` in [[providers]]
-# narrows it further. openai, ollama and vllm speak the OpenAI wire format (no entry: all).
-# Cohere's own format arrives with rerank; until then nothing is routed to it.
-_KIND_CAPABILITIES = {"anthropic": frozenset({"chat"}), "cohere": frozenset[str]()}
-_DESCRIPTIONS = {"chat": "chat completions", "embeddings": "embeddings"}
+# What each provider kind can do through the gateway; `supports` in [[providers]] narrows it
+# further. openai, ollama and vllm speak the OpenAI wire format (no entry: all). Cohere's own
+# format serves rerank (protocol/rerank/).
+_KIND_CAPABILITIES = {
+    "anthropic": frozenset({"chat"}),
+    "cohere": frozenset({"rerank"}),
+}
+_DESCRIPTIONS = {
+    "chat": "chat completions",
+    "embeddings": "embeddings",
+    "speech": "speech",
+    "transcription": "transcriptions",
+    "translation": "translations",
+    "images": "images",
+    "rerank": "rerank",
+}
+# The `supports` name ([[providers]], CONTRACT) of each capability, where it differs.
+_SUPPORTS_NAME = {"speech": "audio", "transcription": "audio", "translation": "audio"}
+# The `[[models]]` price of the capabilities billed per unit rather than per token.
+UNIT_PRICE_FIELDS = {
+    "speech": "usd_per_1k_chars",
+    "transcription": "usd_per_minute",
+    "translation": "usd_per_minute",
+    "images": "usd_per_image",
+    "rerank": "usd_per_search_unit",
+}
 
 
 async def admit_model(
@@ -34,14 +57,35 @@ async def admit_model(
     kind_can = _KIND_CAPABILITIES.get(model.provider.kind)
     supports = model.provider.supports
     if (kind_can is not None and capability not in kind_can) or (
-        supports is not None and capability not in supports
+        supports is not None and _SUPPORTS_NAME.get(capability, capability) not in supports
     ):
         raise capability_missing(model, _DESCRIPTIONS[capability])
     assert call.principal is not None
     call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
-    price = None if call.own_key is not None else require_price(model, output=capability == "chat")
+    price: ModelConfig | None = None
+    if call.own_key is None:
+        field = UNIT_PRICE_FIELDS.get(capability)
+        if field is None:
+            price = require_price(model, output=capability == "chat")
+        else:
+            price = require_unit_price(model, field)
     await call.admit(deps.limiter)
     return model, price
+
+
+def require_unit_price(model: ResolvedModel, field: str) -> ModelConfig:
+    """The model's prices when `field` (or, for images, `usd_per_image_by`) is set; 400
+    `model_price_unknown` before any upstream call otherwise."""
+    price = model.price
+    if price is not None and (
+        getattr(price, field) is not None or (field == "usd_per_image" and price.usd_per_image_by)
+    ):
+        return price
+    raise invalid_request(
+        f"No price is configured for the model {model.id!r}; add {field} to its [[models]] entry.",
+        param="model",
+        code="model_price_unknown",
+    )
 
 
 async def reserve(
@@ -73,6 +117,38 @@ async def reserve(
         price,
         prompt_bytes=prompt_bytes,
         output_tokens=output_tokens,
+        description=_description(capability, call.ctx.model),
+        budget=key_budget(call),
+    )
+
+
+async def reserve_units(
+    call: Call,
+    deps: InferenceDeps,
+    unit_price: Decimal | None,
+    *,
+    capability: str,
+    units: Decimal,
+) -> None:
+    """As `reserve`, for a request priced per unit: hold `units` (the most it can use) ×
+    `unit_price` (None only with the org's own provider key, which holds nothing)."""
+    if deps.accountant is None:
+        return
+    assert call.principal is not None and call.ctx.model is not None
+    if call.own_key is not None:
+        call.bill = await open_free_bill(
+            deps.accountant,
+            call.principal.org_id,
+            f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
+            per_unit=True,
+        )
+        return
+    assert unit_price is not None
+    call.bill = await open_unit_bill(
+        deps.accountant,
+        call.principal.org_id,
+        unit_price,
+        units=units,
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )

@@ -80,14 +80,32 @@ def _pricing(input_usd: Decimal, output_usd: Decimal | None, plan: str) -> Prici
     return Pricing((input_usd, output_usd), fee_percent(plan))
 
 
+class UnitPricing:
+    """A price per unit other than tokens (1,000 characters, a minute, an image, a search
+    unit), on one plan: exact Decimal, rounded once per request (charge half up, hold up)."""
+
+    __slots__ = ("_fee", "_price")
+
+    def __init__(self, unit_price: Decimal, fee: Decimal) -> None:
+        self._price = unit_price
+        self._fee = fee
+
+    def charge(self, units: Decimal) -> int:
+        return charge_micros(units * self._price, self._fee)
+
+    def most(self, units: Decimal) -> int:
+        return reserve_micros(units * self._price, self._fee)
+
+
 class Bill:
-    """One request's reservation, settled once (`charge`) or released (`close`)."""
+    """One request's reservation, settled once (`charge` for tokens, `charge_units` for the
+    other units) or released (`close`)."""
 
     def __init__(
         self,
         accountant: Accountant,
         reservation: Reservation,
-        pricing: Pricing,
+        pricing: Pricing | UnitPricing,
         description: str,
         budget: KeyBudget | None = None,
     ) -> None:
@@ -98,7 +116,15 @@ class Bill:
         self._budget = budget
 
     def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
+        assert isinstance(self._pricing, Pricing)
         micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
+        return self._settle(ctx, micros, key_id)
+
+    def charge_units(self, ctx: RequestContext, units: Decimal, key_id: str | None) -> int:
+        assert isinstance(self._pricing, UnitPricing)
+        return self._settle(ctx, self._pricing.charge(units), key_id)
+
+    def _settle(self, ctx: RequestContext, micros: int, key_id: str | None) -> int:
         now = now_us()
         # The transaction id is fixed now, so that a retried flush recognises the row.
         charge = UsageCharge(
@@ -136,6 +162,30 @@ async def open_bill(
     plan = accountant.fresh_plan(org_id) or await accountant.plan_of(org_id)
     pricing = pricing_for(price, plan)
     most = pricing.most(estimate_tokens(prompt_bytes), output_tokens)
+    reservation = await _hold(accountant, org_id, most, budget)
+    return Bill(accountant, reservation, pricing, description, budget)
+
+
+async def open_unit_bill(
+    accountant: Accountant,
+    org_id: str,
+    unit_price: Decimal,
+    *,
+    units: Decimal,
+    description: str,
+    budget: KeyBudget | None = None,
+) -> Bill:
+    """As `open_bill`, for a request priced per unit: holds `units` (the most the request can
+    use: its characters, images, documents or the audio's longest duration) × `unit_price`."""
+    plan = accountant.fresh_plan(org_id) or await accountant.plan_of(org_id)
+    pricing = UnitPricing(unit_price, fee_percent(plan))
+    reservation = await _hold(accountant, org_id, pricing.most(units), budget)
+    return Bill(accountant, reservation, pricing, description, budget)
+
+
+async def _hold(
+    accountant: Accountant, org_id: str, most: int, budget: KeyBudget | None
+) -> Reservation:
     try:
         reservation = accountant.reserve_now(org_id, most, budget)
         if reservation is None:
@@ -157,13 +207,16 @@ async def open_bill(
             f" request (up to ${needed:.6f}); top up with POST /v1/credits/topup.",
             code="insufficient_credits",
         ) from None
-    return Bill(accountant, reservation, pricing, description, budget)
+    return reservation
 
 
-async def open_free_bill(accountant: Accountant, org_id: str, description: str) -> Bill:
+async def open_free_bill(
+    accountant: Accountant, org_id: str, description: str, *, per_unit: bool = False
+) -> Bill:
     """A bill for a request sent with the org's own provider key (bring-your-own-key): the
     provider bills the org, so nothing is held against the balance — never a 402, whatever the
     balance, even below zero — and the charge is 0 (no fee), written as a usage row for the
     record. The zero reservation is the accountant's own type, settled as any other."""
     plan = await accountant.plan_of(org_id)
-    return Bill(accountant, Reservation(org_id, plan, 0), Pricing(None, Decimal(0)), description)
+    pricing = UnitPricing(Decimal(0), Decimal(0)) if per_unit else Pricing(None, Decimal(0))
+    return Bill(accountant, Reservation(org_id, plan, 0), pricing, description)

@@ -6,6 +6,7 @@ layer before the handler ran."""
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 
 from actors.errors import RedisUnavailable
 from actors.ratelimit import RateLimiter
@@ -83,6 +84,19 @@ class Call:
         else:  # billing off: the provider cost, for the log
             assert price is not None
             self.ctx.cost_usd = float(provider_cost(price, usage))
+
+    def charge_units(self, units: Decimal, unit_price: Decimal | None) -> None:
+        """As `charge`, for a request priced per unit (`unit_price` None only with the org's
+        own key): `units` × `unit_price` × (1 + fee), e.g. 1.234 thousand characters."""
+        if self.bill is not None:
+            key_id = self.principal.key_id
+            self.ctx.cost_usd = self.bill.charge_units(self.ctx, units, key_id) / 1_000_000
+            self.bill = None
+        elif self.own_key is not None:
+            self.ctx.cost_usd = 0.0
+        else:  # billing off: the provider cost, for the log
+            assert unit_price is not None
+            self.ctx.cost_usd = float(units * unit_price)
 
     def close_bill(self) -> None:
         """Release a reservation nothing was charged against (the request failed)."""
