@@ -23,12 +23,14 @@ stream stops the provider.
 
 from __future__ import annotations
 
+import math
 import select
 import ssl
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+import outcome
 import trio
 
 from protocol.http1_client import (
@@ -254,19 +256,39 @@ class Http1Pool:
     async def _send_streamed(
         self, conn: _Connection, head: bytes, chunks: AsyncIterable[bytes]
     ) -> Response:
-        stream = conn.stream
-        finished = False
-        if await _sent(stream, head):
-            async for chunk in chunks:
-                if chunk and not await _sent(stream, format_chunk(chunk)):
-                    break  # the upstream stopped reading: perhaps it answered early
+        """Send the body while watching for the answer: an upstream may answer before the
+        body ended (413, 401) and stop reading; the rest is then not sent. The read timeout
+        runs from the body's end (an upload may take longer than it); a send that makes no
+        progress for that long is a timeout too (an upstream that stopped reading)."""
+        answer: list[Response] = []
+        failed: list[PoolError] = []
+
+        async def read_head(scope: trio.CancelScope) -> None:
+            try:
+                answer.append(await self._read_head(conn, within_s=math.inf))
+            except _Stale:
+                failed.append(ConnectionBroken("connection closed before the response"))
+            except PoolError as exc:
+                failed.append(exc)
+            scope.cancel()  # the answer (or its failure) is in: stop sending, if still
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_head, nursery.cancel_scope)
+            # Captured, not raised here: a nursery would wrap it in an exception group.
+            sent = await outcome.acapture(_send_body, conn.stream, head, chunks, self._read_timeout)
+            if isinstance(sent, outcome.Value):
+                nursery.cancel_scope.deadline = trio.current_time() + self._read_timeout
             else:
-                finished = await _sent(stream, format_chunk(b""))
-        try:
-            response = await self._read_head(conn)
-        except _Stale:
-            raise ConnectionBroken("connection closed before the response") from None
-        if not finished:
+                nursery.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+        if isinstance(sent, outcome.Error) and not isinstance(sent.error, trio.Cancelled):
+            sent.unwrap()  # the body's source failed (the client left), or a send timed out
+        # (A Cancelled is dropped: ours, or one from outside that the next checkpoint repeats.)
+        if not answer:
+            raise ReadTimedOut(f"no complete response head in {self._read_timeout} s")
+        response = answer[0]
+        if not (isinstance(sent, outcome.Value) and sent.value):
             response.keep = False  # the request was cut short: the connection is spent
         return response
 
@@ -300,16 +322,16 @@ class Http1Pool:
             await conn.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             raise _Stale from None
-        return await self._read_head(conn)
+        return await self._read_head(conn, within_s=self._read_timeout)
 
-    async def _read_head(self, conn: _Connection) -> Response:
-        """Read until the response head is complete, within one read timeout for the whole
-        head. Raises _Stale if the connection was closed before any byte."""
+    async def _read_head(self, conn: _Connection, *, within_s: float) -> Response:
+        """Read until the response head is complete, within `within_s` for the whole head.
+        Raises _Stale if the connection was closed before any byte."""
         stream = conn.stream
         parser = ResponseParser()
         received = False
         try:
-            with trio.move_on_after(self._read_timeout):  # not fail_after: see _receive
+            with trio.move_on_after(within_s):  # not fail_after: see _receive
                 while True:
                     try:
                         chunk = await stream.receive_some(_RECEIVE)
@@ -327,7 +349,7 @@ class Http1Pool:
                         return Response(parser, conn, body, self._read_timeout)
         except BadResponse as exc:
             raise InvalidResponse(str(exc)) from None
-        raise ReadTimedOut(f"no complete response head in {self._read_timeout} s")
+        raise ReadTimedOut(f"no complete response head in {within_s} s")
 
     async def _connect(self) -> _Connection:
         try:
@@ -355,12 +377,28 @@ class Http1Pool:
             await _close(conn)
 
 
-async def _sent(stream: trio.abc.Stream, data: bytes) -> bool:
-    """Whether `data` went out; False when the peer closed or reset the connection."""
+async def _send_body(
+    stream: trio.abc.Stream, head: bytes, chunks: AsyncIterable[bytes], stall_s: float
+) -> bool:
+    """Send the head and the chunked body; False when the peer closed or reset the connection
+    first, ReadTimedOut when one piece could not be sent for `stall_s`. An exception from
+    `chunks` passes through."""
+    if not await _sent(stream, head, stall_s):
+        return False
+    async for chunk in chunks:
+        if chunk and not await _sent(stream, format_chunk(chunk), stall_s):
+            return False
+    return await _sent(stream, format_chunk(b""), stall_s)
+
+
+async def _sent(stream: trio.abc.Stream, data: bytes, stall_s: float) -> bool:
     try:
-        await stream.send_all(data)
+        with trio.move_on_after(stall_s) as waited:
+            await stream.send_all(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         return False
+    if waited.cancelled_caught:
+        raise ReadTimedOut(f"the upstream read none of the body for {stall_s} s")
     return True
 
 

@@ -26,6 +26,7 @@ from actors.upstream import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from bench.upstream import UpstreamServer, serve_upstream
 from tests.raw_upstream import (
     CLOSE,
     CORK,
@@ -315,3 +316,89 @@ async def test_the_head_comes_with_the_body(client: UpstreamClient, raw: RawUpst
     assert content == b'{"ok":true}' and head.status == 200 and head.keep_alive
     assert head.headers["x-request-id"] == "up-1, up-2"
     assert head.headers["content-type"] == "application/json"
+
+
+async def _blocks(
+    count: int, produced: list[int], block: bytes = b"x" * 65536
+) -> AsyncIterator[bytes]:
+    for _ in range(count):
+        produced[0] += 1
+        yield block
+
+
+async def test_a_streamed_body_arrives_whole_in_chunks() -> None:
+    async with trio.open_nursery() as nursery:
+        upstream: UpstreamServer = await nursery.start(serve_upstream)
+        client = UpstreamClient(
+            "sim",
+            "openai",
+            f"{upstream.url}/v1",
+            "sk-test",
+            max_connections=2,
+            max_keepalive_connections=2,
+            connect_timeout_s=2,
+            read_timeout_s=READ_TIMEOUT,
+            max_response_bytes=MAX_RESPONSE,
+        )
+        body = b'{"model": "sim-embed", "input": "' + b"word " * 50_000 + b'"}'
+
+        async def pieces() -> AsyncIterator[bytes]:
+            for start in range(0, len(body), 7_000):
+                yield body[start : start + 7_000]
+            yield b""  # an empty piece is skipped, not sent as the last chunk
+
+        for _ in range(2):  # the connection goes back to the pool and serves the next one
+            async with client.post_streamed(
+                "embeddings", pieces(), content_type="application/json"
+            ) as response:
+                answer = await response.read(MAX_RESPONSE)
+            assert b'"embedding"' in answer
+        received = upstream.requests[-1]
+        assert received.body == body
+        assert received.headers["transfer-encoding"] == "chunked"
+        assert received.headers["content-type"] == "application/json"
+        assert received.headers["authorization"] == "Bearer sk-test"
+        assert client.pool.opened == 2  # a streamed body always starts on a new connection
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_early_answer_stops_the_upload(client: UpstreamClient, raw: RawUpstream) -> None:
+    # The upstream answers 413 after the head and reads nothing more: the client must take
+    # the answer rather than block on a full socket, and stop producing the body.
+    raw.play([b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 2\r\n\r\n{}", HANG])
+    produced = [0]
+    with trio.fail_after(5):
+        with pytest.raises(UpstreamError) as caught:
+            async with client.post_streamed(
+                "audio/transcriptions", _blocks(16_384, produced), content_type="audio/wav"
+            ):
+                pass  # pragma: no cover - the 413 is raised on entry
+    assert getattr(caught.value, "status", None) == 413
+    assert produced[0] < 1_000  # not the 1 GiB the body would have been
+
+
+async def test_a_failing_body_source_ends_the_request(
+    client: UpstreamClient, raw: RawUpstream
+) -> None:
+    class ClientLeft(Exception):
+        pass
+
+    async def leaves() -> AsyncIterator[bytes]:
+        yield b"first"
+        raise ClientLeft
+
+    raw.play([HANG])
+    with trio.fail_after(5), pytest.raises(ClientLeft):
+        async with client.post_streamed("x", leaves(), content_type="text/plain"):
+            pass  # pragma: no cover
+    assert client.stats.in_flight == 0
+
+
+async def test_no_answer_after_the_body_times_out(client: UpstreamClient, raw: RawUpstream) -> None:
+    raw.play([HANG])
+    produced = [0]
+    with trio.fail_after(5), pytest.raises(UpstreamTimeout):
+        async with client.post_streamed("x", _blocks(3, produced), content_type="text/plain"):
+            pass  # pragma: no cover
+    assert produced[0] == 3

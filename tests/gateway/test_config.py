@@ -218,6 +218,8 @@ usd_per_search_unit = 0.0025
 usd_per_1k_chars = 0.015
 usd_per_minute = 0.006
 training_usd_per_mtok = 0
+usd_per_image_by = { "1024x1792" = 0.08, "1024x1024/hd" = 0.12 }
+max_document_tokens = 16000
 """
     config = load_text(tmp_path, text)
     (provider,) = config.providers
@@ -239,6 +241,32 @@ training_usd_per_mtok = 0
     assert model.usd_per_1k_chars == Decimal("0.015")
     assert model.usd_per_minute == Decimal("0.006")
     assert model.training_usd_per_mtok == Decimal("0")
+    assert model.usd_per_image_by == (
+        ("1024x1792", Decimal("0.08")),
+        ("1024x1024/hd", Decimal("0.12")),
+    )
+    assert model.max_document_tokens == 16000
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "problem"),
+    [
+        ("max_document_tokens = 511", "max_document_tokens", "from 512 to 16000, got 511"),
+        ("max_document_tokens = 16001", "max_document_tokens", "from 512 to 16000"),
+        ("max_document_tokens = 1.5e3", "max_document_tokens", "an integer from 512"),
+        ("usd_per_image_by = 0.04", "usd_per_image_by", "a table of prices by name"),
+        ('usd_per_image_by = { "512x512" = -1 }', "usd_per_image_by", '"512x512" must not be'),
+        ('usd_per_image_by = { "512x512" = "1" }', "usd_per_image_by", "number of US dollars"),
+    ],
+)
+def test_unit_settings_of_a_model_are_checked(
+    tmp_path: Path, line: str, key: str, problem: str
+) -> None:
+    text = PROVIDER + f'\n[[models]]\nid = "m"\nprovider = "openai"\n{line}\n'
+    with pytest.raises(ConfigError) as caught:
+        load_text(tmp_path, text)
+    assert caught.value.key == f"models[0].{key}"
+    assert problem in caught.value.problem
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "cohere", "ollama", "vllm"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from gateway.config.schema import ModelConfig
-from gateway.inference.billing import Pricing, pricing_for
+from gateway.inference.billing import Pricing, UnitPricing, pricing_for
 from protocol.billing import charge_micros, reserve_micros
 from protocol.pricing import token_cost_usd
 
@@ -29,3 +29,15 @@ def test_pricing_is_shared_by_configs_with_the_same_prices_and_plan() -> None:
     assert pricing_for(one, "pro") is not pricing_for(one, "free")
     assert pricing_for(one, "free").charge(1_000_000, 0) == 156_000  # 0.15 × 1.04
     assert pricing_for(one, "pro").charge(1_000_000, 0) == 153_750  # 0.15 × 1.025
+
+
+def test_unit_pricing_is_exact_and_rounded_once() -> None:
+    # 1,234 characters at $0.015 per 1,000, plus the Free plan's 4%: 0.0192504 USD.
+    pricing = UnitPricing(Decimal("0.015"), Decimal(4))
+    units = Decimal(1234) / 1000
+    assert pricing.charge(units) == 19_250  # half up from 19,250.4
+    assert pricing.most(units) == 19_251  # a hold rounds up
+    assert pricing.charge(Decimal(0)) == 0
+    # A transcription of 61.5 s at $0.006 per minute on Pro (2.5%): 6,303.75 micro-USD.
+    minutes = Decimal("61.5") / 60
+    assert UnitPricing(Decimal("0.006"), Decimal("2.5")).charge(minutes) == 6_304
