@@ -25,6 +25,10 @@ def decode_json(body: bytes, type: type[T]) -> T:
         raise _validation_error(str(exc)) from None
     except msgspec.DecodeError:
         raise invalid_request("The request body is not valid JSON.", code="invalid_json") from None
+    except RecursionError:  # a field of any JSON (metadata, tools) nested thousands deep
+        raise invalid_request(
+            "The request body is nested too deeply.", code="invalid_json"
+        ) from None
 
 
 def _validation_error(text: str) -> APIError:
