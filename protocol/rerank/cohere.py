@@ -21,7 +21,7 @@ class _Request(msgspec.Struct, omit_defaults=True):
     query: str
     documents: list[str]
     top_n: int
-    return_documents: bool = False  # we answer with the client's own texts
+    return_documents: bool  # always false: we answer with the client's own texts
     max_chunks_per_doc: int | None = None
 
 
@@ -54,7 +54,8 @@ def request_body(ranking: Ranking, upstream_model: str) -> bytes:
             ranking.query,
             ranking.texts,
             ranking.top_n,
-            max_chunks_per_doc=ranking.max_chunks_per_doc,
+            False,
+            ranking.max_chunks_per_doc,
         )
     )
 
