@@ -18,18 +18,20 @@ from tests.inference import UPSTREAM_KEY, Rig, inference_toml
 from tests.waiting import wait_until
 
 SEARCH_UNIT_USD = Decimal("0.002")
+ODD_UNIT_USD = Decimal("0.0000013")  # 3 units × 1.04 = 4.056 micro-USD: rounding shows
 CREDIT = 100_000_000  # the rig's top-up, micro-USD
 MAX_DOCUMENT_TOKENS = 512  # the `rerank` model's limit; the others use the default (4096)
 HOSTILE = ("hostile-index", "hostile-duplicate", "hostile-nan", "hostile-text", "hostile-many")
 
 
-def rerank_toml(upstream_url: str) -> str:
+def rerank_toml(upstream_url: str, read_timeout_s: float = 5.0) -> str:
     toml = f"""
 [[providers]]
 name = "co"
 kind = "cohere"
 base_url = "{upstream_url}/cohere/v1"
 api_key = "{UPSTREAM_KEY}"
+read_timeout_s = {read_timeout_s}
 
 [[models]]
 id = "rerank"
@@ -57,6 +59,12 @@ upstream = "billed-99"
 usd_per_search_unit = {SEARCH_UNIT_USD}
 
 [[models]]
+id = "rerank-odd"
+provider = "co"
+upstream = "rerank-odd"
+usd_per_search_unit = {ODD_UNIT_USD}
+
+[[models]]
 id = "tei"
 provider = "sim"
 upstream = "tei-style"
@@ -82,13 +90,18 @@ usd_per_search_unit = {SEARCH_UNIT_USD}
 
 @asynccontextmanager
 async def rerank_rig(
-    database_url: str, tmp_path: Path, *, credit_usd: float | None = 100.0, extra_toml: str = ""
+    database_url: str,
+    tmp_path: Path,
+    *,
+    credit_usd: float | None = 100.0,
+    read_timeout_s: float = 5.0,
 ) -> AsyncIterator[Rig]:
     """As tests/inference.inference_rig, with the rerank providers and models added (their
     base_url needs the upstream's address, which only exists once it listens)."""
     async with trio.open_nursery() as nursery:
         upstream: UpstreamServer = await nursery.start(serve_upstream)
-        toml = inference_toml(upstream.url) + rerank_toml(upstream.url) + extra_toml
+        toml = inference_toml(upstream.url, read_timeout_s=read_timeout_s)
+        toml += rerank_toml(upstream.url, read_timeout_s)
         config = gateway_config(database_url, tmp_path, toml=toml)
         async with running_gateway(config) as gw:
             r = await gw.client.post("/v1/keys", json={"name": "all"}, headers=gw.auth())
