@@ -25,6 +25,7 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/messages": {"POST": anthropic_routes.messages},
     rerank_routes.OPENAI_PATH: {"POST": rerank_routes.openai_rerank},
     rerank_routes.COHERE_PATH: {"POST": rerank_routes.cohere_rerank},
+    rerank_routes.COHERE_MODELS_PATH: {"GET": rerank_routes.cohere_models},
 }
 
 

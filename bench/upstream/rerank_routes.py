@@ -27,6 +27,7 @@ from bench.upstream.replies import JsonReply, Reply
 
 OPENAI_PATH = "/v1/rerank"
 COHERE_PATH = "/cohere/v1/rerank"
+COHERE_MODELS_PATH = "/cohere/v1/models"  # what the gateway calls to check an org's own key
 COHERE_PREFIX = "/cohere/"
 
 
@@ -94,6 +95,13 @@ def cohere_rerank(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply
         "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": units}},
     }
     return _maybe_hostile(asked, body)
+
+
+def cohere_models(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+    if not _bearer(request):
+        return cohere_error(401, "no api key supplied")
+    models = [{"name": "rerank-english-v3.0", "endpoints": ["rerank"]}]
+    return JsonReply(200, _encode({"models": models}))
 
 
 def _bearer(request: RecordedRequest) -> bool:

@@ -90,3 +90,12 @@ def test_hostile_models(path: str) -> None:
     assert len(results("hostile-duplicate")) == 4
     assert len(results("hostile-many")) > 3
     assert results("hostile-logits")[1]["relevance_score"] == 10.0
+
+
+def test_cohere_lists_models_for_key_checks() -> None:
+    request = RecordedRequest("GET", "/cohere/v1/models", AUTH, b"")
+    reply = route(request, UpstreamBehavior())
+    assert isinstance(reply, JsonReply) and reply.status == 200
+    assert msgspec.json.decode(reply.body)["models"][0]["name"] == "rerank-english-v3.0"
+    refused = route(RecordedRequest("GET", "/cohere/v1/models", {}, b""), UpstreamBehavior())
+    assert isinstance(refused, JsonReply) and refused.status == 401

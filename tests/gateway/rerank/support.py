@@ -33,6 +33,19 @@ base_url = "{upstream_url}/cohere/v1"
 api_key = "{UPSTREAM_KEY}"
 read_timeout_s = {read_timeout_s}
 
+[[providers]]
+name = "chatonly"  # the simulated upstream, said to serve chat only
+kind = "openai"
+base_url = "{upstream_url}/v1"
+api_key = "{UPSTREAM_KEY}"
+supports = ["chat"]
+
+[[models]]
+id = "chatonly-rerank"
+provider = "chatonly"
+upstream = "sim-rerank"
+usd_per_search_unit = {SEARCH_UNIT_USD}
+
 [[models]]
 id = "rerank"
 provider = "sim"

@@ -103,19 +103,36 @@ async def test_failures_cost_nothing(rig: Rig) -> None:
     assert rig.gateway.runtime.accountant.statistics()["settled"] == 0
 
 
-async def test_the_orgs_own_key_costs_nothing(rig: Rig) -> None:
+@pytest.mark.parametrize(
+    ("provider", "model", "canonical", "path"),
+    [
+        ("sim", "rerank", "sim/sim-rerank", "/v1/rerank"),
+        ("co", "rerank-english-v3.0", "co/rerank-english-v3.0", "/cohere/v1/rerank"),
+    ],
+)
+async def test_the_orgs_own_key_costs_nothing(
+    rig: Rig, provider: str, model: str, canonical: str, path: str
+) -> None:
     gw = rig.gateway
     own = "sk-org-own-rerank-key"
     added = await gw.client.post(
-        "/v1/provider_keys", json={"provider": "sim", "api_key": own}, headers=gw.auth()
+        "/v1/provider_keys", json={"provider": provider, "api_key": own}, headers=gw.auth()
     )
     assert added.status_code == 201, added.text
-    r = await rerank(rig, {"model": "rerank", "query": "apple", "documents": DOCUMENTS})
+    r = await rerank(rig, {"model": model, "query": "apple", "documents": DOCUMENTS})
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["search_units"] == 3  # units are reported; the money is 0
-    sent = [q for q in rig.upstream.requests if q.path == "/v1/rerank"][-1]
+    sent = [q for q in rig.upstream.requests if q.path == path][-1]
     assert sent.headers["authorization"] == f"Bearer {own}"
     balance, rows = await ledger(rig, settled=1)
     assert balance == CREDIT
-    assert [(row.amount_micros, row.model) for row in rows] == [(0, "sim/sim-rerank")]
+    assert [(row.amount_micros, row.model) for row in rows] == [(0, canonical)]
     assert len(rerank_requests(rig)) == 1
+    # The provider refusing the org's key later: 400 naming the provider, nothing charged.
+    rig.upstream.behavior.rejected_keys = frozenset({own})
+    r = await rerank(rig, {"model": model, "query": "apple", "documents": DOCUMENTS})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "invalid_provider_key"
+    assert provider in r.json()["error"]["message"]
+    balance, rows = await ledger(rig)
+    assert balance == CREDIT and len(rows) == 1

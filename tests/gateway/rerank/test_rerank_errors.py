@@ -111,8 +111,10 @@ async def test_the_default_document_maximum_is_4096_tokens(rig: Rig) -> None:
     assert r.status_code == 413
 
 
-async def test_a_model_that_cannot_rerank_is_400(rig: Rig) -> None:
-    error = await refused(rig, {**BODY, "model": "haiku"}, 400)
+@pytest.mark.parametrize("model", ["haiku", "chatonly-rerank"])
+async def test_a_model_that_cannot_rerank_is_400(rig: Rig, model: str) -> None:
+    # An Anthropic model; a provider whose `supports` leaves out rerank.
+    error = await refused(rig, {**BODY, "model": model}, 400)
     assert error["code"] == "unsupported_model" and error["param"] == "model"
 
 
