@@ -87,8 +87,9 @@ def cohere_rerank(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply
     except msgspec.DecodeError as exc:
         return cohere_error(400, f"invalid request: {exc}")
     units = len(asked.documents)
-    if asked.model.startswith("billed-"):
-        units = int(asked.model.removeprefix("billed-"))
+    billed = asked.model.removeprefix("billed-")
+    if billed != asked.model and billed.isdigit():
+        units = int(billed)
     body = {
         "id": "sim-rerank-id",
         "results": _results(asked),
