@@ -15,6 +15,7 @@ from gateway.inference.deps import InferenceDeps
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
 from gateway.provider_keys import routes as provider_keys
+from gateway.rerank import routes as rerank
 from gateway.runtime import Runtime
 from gateway.server.asgi import ASGIApp
 from gateway.web import BodyLimits, Operation, Routes, WebApp
@@ -54,6 +55,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
 
     areas = [
         inference.routes(deps),  # first: the hot path's static paths are dict lookups anyway
+        rerank.routes(deps),
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
@@ -70,7 +72,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
     completions = CompletionEvents(
         runtime.event_writer,
-        inference.COMPLETION_ROUTES,
+        inference.COMPLETION_ROUTES | {rerank.RERANK_PATH},
         runtime.config.webhooks.completion_success_sample_rate,
     )
     return RequestMiddleware(

@@ -1,16 +1,16 @@
 """Which route answers a request, and the failures that pre-empt every route.
 
-`/v1/messages` speaks Anthropic, every other path OpenAI (`GET /v1/models` both: Anthropic when
-the request carries `x-api-key`); rejected keys (401), `fail_status` and the 404/405 answers are
-shaped for the provider the path belongs to. Pure: no I/O, no waiting (hang and latency are the
-server's).
+`/v1/messages` speaks Anthropic, paths under `/cohere/` Cohere (rerank), every other path
+OpenAI (`GET /v1/models` both: Anthropic when the request carries `x-api-key`); rejected keys
+(401), `fail_status` and the 404/405 answers are shaped for the provider the path belongs to.
+Pure: no I/O, no waiting (hang and latency are the server's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.upstream import anthropic_routes, openai_routes
+from bench.upstream import anthropic_routes, openai_routes, rerank_routes
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.replies import JsonReply, Reply
 
@@ -23,6 +23,9 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/embeddings": {"POST": openai_routes.embeddings},
     "/v1/models": {"GET": openai_routes.models},
     "/v1/messages": {"POST": anthropic_routes.messages},
+    rerank_routes.OPENAI_PATH: {"POST": rerank_routes.openai_rerank},
+    rerank_routes.COHERE_PATH: {"POST": rerank_routes.cohere_rerank},
+    rerank_routes.COHERE_MODELS_PATH: {"GET": rerank_routes.cohere_models},
 }
 
 
@@ -30,11 +33,16 @@ def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
     path = request.path.partition("?")[0]
     # `GET /v1/models` is both providers' route: Anthropic clients send `x-api-key`.
     anthropic = path in ANTHROPIC_PATHS or (path == "/v1/models" and "x-api-key" in request.headers)
+    cohere = path.startswith(rerank_routes.COHERE_PREFIX)
     if _rejected(_presented_key(request, anthropic), behavior):
+        if cohere:
+            return rerank_routes.cohere_error(401, "invalid api token")
         if anthropic:
             return anthropic_routes.error_reply(401, "invalid x-api-key")
         return openai_routes.error_reply(401, "Incorrect API key provided.")
     if behavior.fail_status is not None:
+        if cohere:
+            return rerank_routes.cohere_fail_reply(behavior.fail_status, behavior.retry_after)
         if anthropic:
             return anthropic_routes.fail_reply(behavior.fail_status, behavior.retry_after)
         return openai_routes.fail_reply(behavior.fail_status, behavior.retry_after)

@@ -131,6 +131,7 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
     app_rules = {
         "/v1/chat/completions",
         "/v1/embeddings",
+        "/v1/rerank",
         "/v1/models",
         "/v1/models/{model_id}",
         "/v1/keys",

@@ -1,0 +1,1 @@
+"""POST /v1/rerank (docs/rerank.md)."""

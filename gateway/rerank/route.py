@@ -1,0 +1,69 @@
+"""POST /v1/rerank: check the request against the model's limits, hold one search unit per
+document, ask the provider in its own format (protocol/rerank/), check and sort its answer,
+charge what was billed."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import msgspec
+
+from actors.throttled_log import ThrottledWarning
+from actors.upstream import UpstreamBadResponse, UpstreamError
+from gateway.inference.admission import admit_model, reserve_units
+from gateway.inference.call import Call
+from gateway.inference.deps import InferenceDeps
+from gateway.inference.upstream_errors import to_api_error, upstream_failure
+from gateway.web.request import Request
+from protocol.ids import new_id
+from protocol.rerank import adapter_for
+from protocol.rerank.ranking import BadUpstreamAnswer, answer
+from protocol.rerank.request import check_request, decode_request
+
+log = logging.getLogger("gateway.rerank")
+bad_answer = ThrottledWarning(log, "malformed rerank answer: %s")
+
+
+class Rerank:
+    def __init__(self, deps: InferenceDeps) -> None:
+        self._deps = deps
+
+    async def __call__(self, http: Request) -> None:
+        deps = self._deps
+        call = Call(http)
+        request = decode_request(await http.body())
+        model, price = await admit_model(call, deps, request.model, capability="rerank")
+        limits = model.price
+        ranking = check_request(request, limits.max_document_tokens if limits else None)
+        adapter = adapter_for(model.provider.kind)
+        pairs = len(ranking.texts)  # one search unit per (query, document) pair
+        unit_price = price.usd_per_search_unit if price is not None else None
+        await reserve_units(call, deps, unit_price, capability="rerank", units=Decimal(pairs))
+        try:
+            client = deps.upstreams.get(model.provider.name)
+            body = adapter.request_body(ranking, model.upstream)
+            try:
+                content, _ = await client.post_json(adapter.path, body, api_key=call.own_key)
+            except UpstreamError as exc:
+                raise await upstream_failure(call, deps, exc) from None
+            try:
+                upstream = adapter.parse_answer(content, pairs)
+            except BadUpstreamAnswer as exc:
+                failure = UpstreamBadResponse(model.provider.name, str(exc))
+                bad_answer(failure)
+                raise to_api_error(failure) from None
+            # The provider's own count when it gives one (Cohere may count less), never more
+            # than was held: the hold is the most the client agreed to pay.
+            units = pairs if upstream.search_units is None else min(upstream.search_units, pairs)
+            call.charge_units(Decimal(units), unit_price)
+        finally:
+            call.close_bill()
+        out = answer(
+            ranking,
+            upstream.scores,
+            answer_id=new_id("rerank"),
+            model=model.id,
+            search_units=units,
+        )
+        await call.answer_json(msgspec.json.encode(out))
