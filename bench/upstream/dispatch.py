@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.upstream import anthropic_routes, openai_routes
+from bench.upstream import anthropic_routes, audio_routes, openai_routes
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.replies import JsonReply, Reply
 
@@ -23,6 +23,9 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/embeddings": {"POST": openai_routes.embeddings},
     "/v1/models": {"GET": openai_routes.models},
     "/v1/messages": {"POST": anthropic_routes.messages},
+    "/v1/audio/speech": {"POST": audio_routes.speech},
+    "/v1/audio/transcriptions": {"POST": audio_routes.transcriptions},
+    "/v1/audio/translations": {"POST": audio_routes.translations},
 }
 
 
