@@ -97,16 +97,21 @@ def upstream_form(request: RecordedRequest) -> Upload:
 def field(name: str, value: str | bytes) -> bytes:
     data = value.encode() if isinstance(value, str) else value
     return (
-        b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="%s"\r\n\r\n' % name.encode()
-    ) + data + b"\r\n"
+        (
+            b"--"
+            + BOUNDARY
+            + b'\r\nContent-Disposition: form-data; name="%s"\r\n\r\n' % name.encode()
+        )
+        + data
+        + b"\r\n"
+    )
 
 
 def file_head(filename: str = "a.wav") -> bytes:
     return (
         b"--"
         + BOUNDARY
-        + b'\r\nContent-Disposition: form-data; name="file"; filename="%s"\r\n'
-        % filename.encode()
+        + b'\r\nContent-Disposition: form-data; name="file"; filename="%s"\r\n' % filename.encode()
         + b"Content-Type: application/octet-stream\r\n\r\n"
     )
 

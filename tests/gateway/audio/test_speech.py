@@ -47,7 +47,9 @@ async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def speak(rig: Rig, body: dict[str, Any], key: str | None = None) -> Any:
-    return await rig.gateway.client.post(SPEECH, json=body, headers=rig.gateway.auth(key or rig.key))
+    return await rig.gateway.client.post(
+        SPEECH, json=body, headers=rig.gateway.auth(key or rig.key)
+    )
 
 
 def expected(chars: int, price: Decimal = TTS_PRICE) -> int:
