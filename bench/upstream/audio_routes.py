@@ -121,7 +121,7 @@ def parse_form(content_type: str, body: bytes) -> Upload | None:
         if name is None:
             return None
         upload.order.append(name)
-        if filename is not None:
+        if name == "file" and filename is not None:
             upload.file, upload.filename = data, filename
         else:
             upload.fields.setdefault(name, []).append(data.decode("utf-8", "replace"))
