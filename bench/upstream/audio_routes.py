@@ -101,8 +101,8 @@ def parse_form(content_type: str, body: bytes) -> Upload | None:
     kind, _, params = content_type.partition(";")
     boundary = ""
     for param in params.split(";"):
-        name, _, value = param.strip().partition("=")
-        if name.lower() == "boundary":
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "boundary":
             boundary = value.strip('"')
     if kind.strip().lower() != "multipart/form-data" or not boundary:
         return None

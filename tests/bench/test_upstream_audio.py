@@ -4,6 +4,7 @@ a client leaving it counted), transcriptions in every format, the form recorded.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ async def upstream(nursery: trio.Nursery) -> UpstreamServer:
     return started
 
 
-def multipart(fields: dict[str, str], data: bytes, name: str = "a.wav") -> dict[str, object]:
+def multipart(fields: dict[str, str], data: bytes, name: str = "a.wav") -> dict[str, Any]:
     return {"data": fields, "files": {"file": (name, data, "audio/wav")}}
 
 

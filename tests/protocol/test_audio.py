@@ -88,9 +88,9 @@ def test_fields_and_filenames() -> None:
         with pytest.raises(APIError):
             TranscriptionFields().add("temperature", bad)
     assert check_filename("Talk.MP3") == "mp3"
-    for bad in (None, "x", "x.ogg", "wav"):
+    for name in (None, "x", "x.ogg", "wav"):
         with pytest.raises(APIError):
-            check_filename(bad)
+            check_filename(name)
     assert reserved_minutes(60_000) == 1
     assert supports_translation("whisper-1") and not supports_translation("gpt-4o-transcribe")
 

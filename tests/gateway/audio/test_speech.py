@@ -59,7 +59,7 @@ def expected(chars: int, price: Decimal = TTS_PRICE) -> int:
 @pytest.mark.parametrize("fmt", [*FORMATS, None])
 async def test_the_sdk_gets_each_format_with_its_content_type(rig: Rig, fmt: str | None) -> None:
     text = "The quick brown fox jumps over the lazy dog."
-    extra = {} if fmt is None else {"response_format": fmt}
+    extra: dict[str, Any] = {} if fmt is None else {"response_format": fmt}
 
     def call() -> Any:
         return sdk(rig).audio.speech.create(model="tts", voice="nova", input=text, **extra)
