@@ -103,7 +103,9 @@ class Transcribe:
                         type="upstream_error",
                         code="upstream_bad_response",
                     ) from None
-                seconds = transcript.duration_seconds(result) or upload.duration()
+                seconds = transcript.duration_seconds(result)
+                if seconds is None:
+                    seconds = upload.duration()
                 call.charge_units(min(seconds / 60, most), unit_price)
             finally:
                 call.close_bill()
