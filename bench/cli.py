@@ -1,7 +1,8 @@
 """`gateway bench` (and `python -m bench.cli`): the standard suite, two gateways loaded at once
 (billing on against off, every success an event against none, or this tree against an earlier
-revision), the Files API's upload and download throughput (`files`), or load against any
-OpenAI-compatible base URL. Prints the table on stdout; writes CSV and PNGs when asked.
+revision), the Files API's upload and download throughput (`files`), transcription uploads
+and the gateway's memory (`audio`), or load against any OpenAI-compatible base URL. Prints the
+table on stdout; writes CSV and PNGs when asked.
 
 Exit status: 0 when every scenario ran without errors, 1 when some requests failed or a piece of
 the suite did not start, 2 on bad arguments, 130 when interrupted.
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import trio
 
+from bench.audio import AudioOptions, run_audio
+from bench.audio import report_json as audio_report
+from bench.audio import table as audio_table
 from bench.compare import compare_billing, compare_events, compare_revision
 from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
@@ -168,6 +172,16 @@ def _parser() -> argparse.ArgumentParser:
     files.add_argument("--out", type=Path, help="write files.json here")
     files.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
 
+    audio = commands.add_parser(
+        "audio",
+        help="POST /v1/audio/transcriptions of a large WAV through a gateway: MB/s and the "
+        "gateway's RSS (flat: the file is streamed to the provider)",
+    )
+    audio.add_argument("--mb", type=_at_least_one, default=24, help="file size in MB (10^6 bytes)")
+    audio.add_argument("--rounds", type=_at_least_one, default=3, help="uploads")
+    audio.add_argument("--out", type=Path, help="write audio.json here")
+    audio.add_argument("--no-progress", action="store_true", help="no progress lines")
+
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
     run.add_argument("--api-key", required=True)
@@ -278,6 +292,24 @@ def _files(args: argparse.Namespace) -> int:
     return 0 if all(row.hash_ok for row in rows) else 1
 
 
+def _audio(args: argparse.Namespace) -> int:
+    """`gateway bench audio`: the table on stdout, audio.json in `--out`; 1 when an upload
+    failed (or the gateway did not start)."""
+    options = AudioOptions(size_mb=args.mb, rounds=args.rounds, progress=not args.no_progress)
+    try:
+        rows = trio.run(run_audio, options)
+    except SuiteError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    print(audio_table(rows), end="")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / "audio.json"
+        path.write_text(json.dumps(audio_report(rows, options), indent=2) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -289,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(str(exc))
     if args.command == "files":
         return _files(args)
+    if args.command == "audio":
+        return _audio(args)
     raise_fd_limit()
     sides = ""
     try:

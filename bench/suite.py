@@ -369,9 +369,11 @@ async def stack(
     billing: bool = True,
     success_sample_rate: float | None = None,
     code: GatewayCode = GatewayCode(),
+    extra_toml: str = "",
 ) -> AsyncIterator[Stack]:
     """Upstream + gateway (`workers` processes, running `code`) in `workdir`, ready, with a load
-    key; both stopped on exit. The upstream is always this tree's."""
+    key; both stopped on exit. The upstream is always this tree's. `extra_toml` is appended to
+    the gateway's config (e.g. the audio bench's [[models]])."""
     _make_dir(workdir)
     upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
     upstream_argv += ["--completion-tokens", str(completion_tokens)]
@@ -393,7 +395,8 @@ async def stack(
                 keepalive=keepalive,
                 billing=billing,
                 success_sample_rate=success_sample_rate,
-            ),
+            )
+            + extra_toml,
         )
         alphabet = string.ascii_letters + string.digits
         management_key = "service_mgmt_bench-" + "".join(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway import audio
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
@@ -28,7 +29,7 @@ def body_limits(server: ServerConfig) -> BodyLimits:
     upload enforces, gateway/files/) plus at most FORM_OVERHEAD_BYTES around it."""
     return BodyLimits(
         json=server.max_request_body_bytes,
-        audio=server.max_audio_body_bytes,
+        audio=server.max_audio_body_bytes + audio.FORM_OVERHEAD_BYTES,
         file=server.max_file_body_bytes + FORM_OVERHEAD_BYTES,
         vision=server.max_vision_body_bytes + FORM_OVERHEAD_BYTES,
     )
@@ -56,6 +57,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     areas = [
         inference.routes(deps),  # first: the hot path's static paths are dict lookups anyway
         rerank.routes(deps),
+        audio.routes(deps, server.max_audio_body_bytes),
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
@@ -72,7 +74,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
     completions = CompletionEvents(
         runtime.event_writer,
-        inference.COMPLETION_ROUTES | {rerank.RERANK_PATH},
+        inference.COMPLETION_ROUTES | audio.COMPLETION_ROUTES | {rerank.RERANK_PATH},
         runtime.config.webhooks.completion_success_sample_rate,
     )
     return RequestMiddleware(

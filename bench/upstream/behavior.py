@@ -30,6 +30,7 @@ class UpstreamBehavior:
     hang: bool = False  # accept the request, never answer (until the client goes away)
     reasoning: bool = False  # OpenAI: delta.reasoning before content; Anthropic: thinking block
     tool_call: bool = False  # answer with one get_weather tool call instead of text
+    report_audio_duration: bool = True  # verbose_json transcriptions carry `duration`
     keepalive_gap_s: float = 0.0  # SSE: stay silent this long after the first content chunk
     # Provider keys refused with 401 on every route (the bearer token, or Anthropic's x-api-key):
     # those starting with `reject_key_prefix`, and those in `rejected_keys` (e.g. revoked later).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.upstream import anthropic_routes, openai_routes, rerank_routes
+from bench.upstream import anthropic_routes, audio_routes, openai_routes, rerank_routes
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.replies import JsonReply, Reply
 
@@ -26,6 +26,9 @@ ROUTES: dict[str, dict[str, Route]] = {
     rerank_routes.OPENAI_PATH: {"POST": rerank_routes.openai_rerank},
     rerank_routes.COHERE_PATH: {"POST": rerank_routes.cohere_rerank},
     rerank_routes.COHERE_MODELS_PATH: {"GET": rerank_routes.cohere_models},
+    "/v1/audio/speech": {"POST": audio_routes.speech},
+    "/v1/audio/transcriptions": {"POST": audio_routes.transcriptions},
+    "/v1/audio/translations": {"POST": audio_routes.translations},
 }
 
 

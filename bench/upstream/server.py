@@ -160,7 +160,13 @@ class _Connection:
 
     async def _answer_json(self, reply: JsonReply, latency_s: float, close: bool) -> bool:
         """Write one JSON response after `latency_s`; False if the peer left while we waited."""
-        data = json_response(reply.status, reply.body, headers=reply.headers, close=close)
+        data = json_response(
+            reply.status,
+            reply.body,
+            headers=reply.headers,
+            close=close,
+            content_type=reply.content_type,
+        )
         if latency_s <= 0:
             await self._stream.send_all(data)
             return True
@@ -174,10 +180,14 @@ class _Connection:
     async def _answer_stream(
         self, reply: StreamReply, behavior: UpstreamBehavior, close: bool
     ) -> bool:
-        """Write one SSE response and count its outcome; True if it completed. Cancellation
-        (shutdown) cuts it and leaves it out of completed / client_closed / broken."""
+        """Write one SSE (or raw byte) response and count its outcome; True if it completed.
+        Cancellation (shutdown) cuts it and leaves it out of completed / client_closed / broken."""
         outcome: _Outcome | None = None
-        writer = _ChunkWriter(self._stream, stream_head(close=close))
+        if reply.content_type is None:
+            head = stream_head(close=close)
+        else:
+            head = byte_stream_head(reply.content_type, close=close)
+        writer = _ChunkWriter(self._stream, head)
 
         async def write() -> None:
             nonlocal outcome
@@ -221,6 +231,18 @@ class _Connection:
                 left = True
             nursery.cancel_scope.cancel()
         return left
+
+
+def byte_stream_head(content_type: bytes, *, close: bool) -> bytes:
+    """Headers of a chunked response of raw bytes (speech audio)."""
+    connection = b"close" if close else b"keep-alive"
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: "
+        + content_type
+        + b"\r\ntransfer-encoding: chunked\r\nconnection: "
+        + connection
+        + b"\r\n\r\n"
+    )
 
 
 class _ChunkWriter:

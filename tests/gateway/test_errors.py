@@ -14,6 +14,7 @@ import httpx
 import pytest
 import trio
 
+from gateway.audio import FORM_OVERHEAD_BYTES as AUDIO_FORM_OVERHEAD_BYTES
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol.scopes import CHAT_COMPLETIONS
 from tests.backends import POSTGRES_URL
@@ -115,7 +116,9 @@ async def test_declared_length_over_the_route_limit_is_413_before_the_body(
         assert r.status_code == 200 and r.json() == {"size": 3000}
         r = await gw.client.post("/v1/keys", content=b"x" * 3000, headers=gw.auth())
         assert r.status_code == 413 and error_of(r)["code"] == "request_too_large"
-        r = await gw.client.post("/v1/test/upload", content=b"x" * 5001, headers=gw.auth())
+        # The audio limit leaves room for the form around the file (gateway/audio/).
+        over = 5001 + AUDIO_FORM_OVERHEAD_BYTES
+        r = await gw.client.post("/v1/test/upload", content=b"x" * over, headers=gw.auth())
         assert r.status_code == 413
 
 

@@ -1,0 +1,187 @@
+"""`gateway bench audio`: transcription uploads of a large WAV file through a real gateway
+process to the simulated upstream, with the gateway's memory: the upload is relayed as it
+arrives (gateway/audio/transcription.py), so the gateway's RSS should stay flat whatever the
+file's size.
+
+Each round sends one `POST /v1/audio/transcriptions` (multipart: `model` then `file`,
+Content-Length declared, the body generated piece by piece by the client) and times it to the
+response; the gateway's RSS (its process tree, from /proc) is sampled every 50 ms: settled
+before, peak during, settled after. The gateway runs as `bench suite` starts it
+(bench/suite.py `stack`, billing on), with an audio model added; one untimed 1 MB upload
+first, so "before" excludes one-time imports and caches.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import trio
+
+from bench.files import RssGauge
+from bench.suite import CpuPlan, SuiteError, raise_fd_limit, stack
+from bench.upstream.audio_routes import wav_header
+
+AUDIO_TOML = """
+[[models]]
+id = "bench-whisper"
+provider = "sim"
+upstream = "whisper-1"
+usd_per_minute = 0.006
+"""
+PIECE = 64 * 1024
+_BOUNDARY = "gateway-bench-audio-boundary"
+
+
+@dataclass(frozen=True)
+class AudioOptions:
+    size_mb: int = 24
+    rounds: int = 3
+    sample_interval_s: float = 0.05
+    progress: bool = True
+
+
+@dataclass
+class AudioRow:
+    """One upload. Rates in MB/s (10^6 bytes), memory in MiB."""
+
+    bytes: int
+    seconds: float
+    mb_s: float
+    rss_before_mb: float
+    rss_peak_mb: float
+    rss_after_mb: float
+    samples: int
+
+    @property
+    def rss_growth_mb(self) -> float:
+        return self.rss_peak_mb - self.rss_before_mb
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "rss_growth_mb": self.rss_growth_mb}
+
+
+def form(size: int) -> tuple[bytes, bytes, bytes]:
+    """The form's head (fields and the file part's headers), the file's first piece (a WAV
+    header; the rest is zeros) and the tail."""
+    head = (
+        f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\nbench-whisper\r\n'
+        f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\n'
+        "text\r\n"
+        f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="bench.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n"
+    ).encode()
+    return head, wav_header(size - 44), f"\r\n--{_BOUNDARY}--\r\n".encode()
+
+
+async def upload(client: httpx.AsyncClient, size: int) -> float:
+    """Seconds for one transcription of a `size`-byte WAV file."""
+    head, first, tail = form(size)
+    zeros = bytes(PIECE)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield head + first
+        left = size - len(first)
+        while left > 0:
+            yield zeros[: min(PIECE, left)]
+            left -= PIECE
+        yield tail
+
+    headers = {
+        "Content-Type": f"multipart/form-data; boundary={_BOUNDARY}",
+        "Content-Length": str(len(head) + size + len(tail)),
+    }
+    began = time.perf_counter()
+    with trio.fail_after(120):
+        response = await client.post("/v1/audio/transcriptions", content=body(), headers=headers)
+    seconds = time.perf_counter() - began
+    if response.status_code != 200:
+        raise SuiteError(f"POST /v1/audio/transcriptions: {response.status_code} {response.text}")
+    return seconds
+
+
+async def _settled_kb(gauge: RssGauge) -> int:
+    await trio.sleep(0.2)
+    return gauge.now_kb()
+
+
+async def measure_one(client: httpx.AsyncClient, gauge: RssGauge, size: int) -> AudioRow:
+    before = await _settled_kb(gauge)
+    gauge.reset()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(gauge.run)
+        seconds = await upload(client, size)
+        nursery.cancel_scope.cancel()
+    peak, samples = gauge.peak_kb, gauge.samples
+    after = await _settled_kb(gauge)
+    return AudioRow(
+        bytes=size,
+        seconds=seconds,
+        mb_s=size / seconds / 1e6,
+        rss_before_mb=before / 1024,
+        rss_peak_mb=peak / 1024,
+        rss_after_mb=after / 1024,
+        samples=samples,
+    )
+
+
+async def run_audio(options: AudioOptions) -> list[AudioRow]:
+    raise_fd_limit()
+    cpus = CpuPlan.choose()
+    own_affinity = os.sched_getaffinity(0)
+    if cpus is not None:
+        os.sched_setaffinity(0, {cpus.load})
+    rows: list[AudioRow] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="gateway-bench-audio-") as tmp:
+            async with stack(
+                Path(tmp) / "audio",
+                cpus,
+                chunk_interval_ms=None,
+                completion_tokens=1,
+                max_connections=8,
+                keepalive=8,
+                extra_toml=AUDIO_TOML,
+            ) as s:
+                headers = {"Authorization": f"Bearer {s.gateway_key}"}
+                async with httpx.AsyncClient(
+                    base_url=s.gateway.url.rstrip("/"), headers=headers, timeout=60.0
+                ) as client:
+                    gauge = RssGauge(s.gateway.process.pid, options.sample_interval_s)
+                    await upload(client, 1_000_000)  # warm-up
+                    for n in range(options.rounds):
+                        row = await measure_one(client, gauge, options.size_mb * 1_000_000)
+                        if options.progress:
+                            print(f"bench audio: round {n + 1}: {row.mb_s:.0f} MB/s", flush=True)
+                        rows.append(row)
+    finally:
+        os.sched_setaffinity(0, own_affinity)
+    return rows
+
+
+def table(rows: list[AudioRow]) -> str:
+    out = io.StringIO()
+    out.write("    MB   seconds   MB/s   RSS before/peak/after MiB   growth MiB\n")
+    for row in rows:
+        rss = f"{row.rss_before_mb:.1f}/{row.rss_peak_mb:.1f}/{row.rss_after_mb:.1f}"
+        out.write(
+            f"{row.bytes / 1e6:6.1f} {row.seconds:9.3f} {row.mb_s:6.0f}   {rss:>25}"
+            f"   {row.rss_growth_mb:10.1f}\n"
+        )
+    return out.getvalue()
+
+
+def report_json(rows: list[AudioRow], options: AudioOptions) -> dict[str, object]:
+    return {
+        "scenario": "audio",
+        "size_mb": options.size_mb,
+        "rounds": options.rounds,
+        "rss_sample_interval_s": options.sample_interval_s,
+        "rows": [row.as_dict() for row in rows],
+    }
