@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.upstream import anthropic_routes, openai_routes
+from bench.upstream import anthropic_routes, image_routes, openai_routes
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.replies import JsonReply, Reply
 
@@ -23,6 +23,9 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/embeddings": {"POST": openai_routes.embeddings},
     "/v1/models": {"GET": openai_routes.models},
     "/v1/messages": {"POST": anthropic_routes.messages},
+    "/v1/images/generations": {"POST": image_routes.generations},
+    "/v1/images/edits": {"POST": image_routes.edits},
+    "/v1/images/variations": {"POST": image_routes.variations},
 }
 
 
