@@ -93,7 +93,9 @@ async def test_the_janitor_removes_what_is_dead_or_expired_and_nothing_else(
     assert janitor.statistics()["abandoned_uploads"] == 1
 
 
-async def _image(storage: Storage, blobs: LocalBlobStore, org_id: str, expires_at: int) -> ImageRecord:
+async def _image(
+    storage: Storage, blobs: LocalBlobStore, org_id: str, expires_at: int
+) -> ImageRecord:
     image_id = ordered_id("img", expires_at)
     record = ImageRecord(
         id=image_id,

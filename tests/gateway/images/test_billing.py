@@ -55,8 +55,16 @@ async def ledger(rig: Rig, settled: int) -> tuple[int, list[Any]]:
     [
         ({"model": "dalle3", "prompt": "a"}, 1, DALLE3_STANDARD),
         ({"model": "dalle3", "prompt": "a", "size": "1024x1792"}, 1, DALLE3_TALL),
-        ({"model": "dalle3", "prompt": "a", "size": "1024x1792", "quality": "hd"}, 1, DALLE3_TALL_HD),
-        ({"model": "dalle3", "prompt": "a", "size": "1792x1024", "quality": "hd"}, 1, DALLE3_STANDARD),
+        (
+            {"model": "dalle3", "prompt": "a", "size": "1024x1792", "quality": "hd"},
+            1,
+            DALLE3_TALL_HD,
+        ),
+        (
+            {"model": "dalle3", "prompt": "a", "size": "1792x1024", "quality": "hd"},
+            1,
+            DALLE3_STANDARD,
+        ),
         ({"model": "dalle2", "prompt": "a", "n": 7}, 7, DALLE2_PRICE),
         ({"model": "dalle2", "prompt": "a", "n": 3, "size": "512x512"}, 3, DALLE2_SMALL),
         ({"model": "flux", "prompt": "a", "n": 10, "response_format": "b64_json"}, 10, FLUX_PRICE),
@@ -73,15 +81,19 @@ async def test_each_charge_is_images_times_price_plus_fee(
     assert balance == CREDIT - charge
     (row,) = rows
     assert row.amount_micros == -charge
-    assert row.model == "sim/" + {"dalle3": "dall-e-3", "dalle2": "dall-e-2", "flux": "flux-schnell"}[
-        body["model"]
-    ]
+    assert (
+        row.model
+        == "sim/"
+        + {"dalle3": "dall-e-3", "dalle2": "dall-e-2", "flux": "flux-schnell"}[body["model"]]
+    )
     assert row.request_id == r.headers["x-request-id"]
 
 
 async def test_the_pro_plan_fee(rig: Rig) -> None:
     storage = rig.gateway.runtime.storage
-    await storage.db.execute("UPDATE orgs SET plan = 'pro' WHERE id = :id", {"id": rig.gateway.org_id})
+    await storage.db.execute(
+        "UPDATE orgs SET plan = 'pro' WHERE id = :id", {"id": rig.gateway.org_id}
+    )
     rig.gateway.runtime.accountant.refresh(rig.gateway.org_id)
     r = await generate(rig, {"model": "dalle2", "prompt": "a", "n": 3})
     assert r.status_code == 200
@@ -148,7 +160,9 @@ async def test_rate_limit_is_429(rig: Rig) -> None:
 
 
 async def test_scopes_and_allowed_models(rig: Rig) -> None:
-    r = await rig.gateway.client.post("/v1/images/generations", json={"model": "dalle2", "prompt": "a"})
+    r = await rig.gateway.client.post(
+        "/v1/images/generations", json={"model": "dalle2", "prompt": "a"}
+    )
     assert r.status_code == 401
     bad = await generate(rig, {"model": "dalle2", "prompt": "a"}, key="sk-not-a-key")
     assert bad.status_code == 401
@@ -200,7 +214,10 @@ async def test_upstream_timeout_is_504(database_url: str, tmp_path: Path) -> Non
 
 
 async def test_unreachable_upstream_is_502(database_url: str, tmp_path: Path) -> None:
-    toml = '[[models]]\nid = "gone-image"\nprovider = "dead"\nupstream = "dall-e-2"\nusd_per_image = 0.02\n'
+    toml = (
+        '[[models]]\nid = "gone-image"\nprovider = "dead"\nupstream = "dall-e-2"\n'
+        "usd_per_image = 0.02\n"
+    )
     async with images_rig(database_url, tmp_path, extra_toml=toml) as rig:
         r = await generate(rig, {"model": "gone-image", "prompt": "a"})
         assert r.status_code == 502 and error_of(r)["code"] == "upstream_unavailable"
@@ -226,7 +243,9 @@ async def test_failures_are_completion_error_events(rig: Rig) -> None:
 
 async def test_own_provider_key_is_sent_and_charges_nothing(rig: Rig) -> None:
     r = await rig.gateway.client.post(
-        "/v1/provider_keys", json={"provider": "sim", "api_key": "sk-org-own"}, headers=rig.gateway.auth()
+        "/v1/provider_keys",
+        json={"provider": "sim", "api_key": "sk-org-own"},
+        headers=rig.gateway.auth(),
     )
     assert r.status_code in (200, 201), r.text
     g = await generate(rig, {"model": "unpriced-image", "prompt": "a", "n": 2})

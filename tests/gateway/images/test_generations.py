@@ -131,7 +131,9 @@ async def test_invalid_fields_are_400_naming_the_param(
 
 
 async def test_prompt_of_4000_characters_is_accepted_for_single_image(rig: Rig) -> None:
-    r = await generate(rig, {"model": "dalle3", "prompt": "x" * 4000, "response_format": "b64_json"})
+    r = await generate(
+        rig, {"model": "dalle3", "prompt": "x" * 4000, "response_format": "b64_json"}
+    )
     assert r.status_code == 200, r.text
 
 

@@ -26,9 +26,7 @@ async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
         yield r
 
 
-async def post_form(
-    rig: Rig, path: str, data: dict[str, str], files: dict[str, Any]
-) -> Any:
+async def post_form(rig: Rig, path: str, data: dict[str, str], files: dict[str, Any]) -> Any:
     if not files:  # httpx sends a form without files urlencoded: make the fields parts
         files, data = {k: (None, v) for k, v in data.items()}, {}
     return await rig.gateway.client.post(
@@ -116,7 +114,9 @@ async def test_invalid_forms_are_400_naming_the_param(
     rig: Rig, path: str, data: dict[str, str], files: dict[str, bytes], param: str
 ) -> None:
     before = len(rig.upstream.requests)
-    r = await post_form(rig, path, data, {k: (f"{k}.png", v, "image/png") for k, v in files.items()})
+    r = await post_form(
+        rig, path, data, {k: (f"{k}.png", v, "image/png") for k, v in files.items()}
+    )
     assert r.status_code == 400, r.text
     assert error_of(r)["param"] == param, r.text
     assert len(rig.upstream.requests) == before
@@ -127,7 +127,9 @@ async def test_a_non_square_png_is_refused(rig: Rig) -> None:
     import zlib
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     wide = (
         b"\x89PNG\r\n\x1a\n"
@@ -135,14 +137,18 @@ async def test_a_non_square_png_is_refused(rig: Rig) -> None:
         + chunk(b"IDAT", zlib.compress((b"\x00" + b"\x01\x02\x03" * 4) * 2))
         + chunk(b"IEND", b"")
     )
-    r = await post_form(rig, "variations", {"model": "dalle2"}, {"image": ("w.png", wide, "image/png")})
+    r = await post_form(
+        rig, "variations", {"model": "dalle2"}, {"image": ("w.png", wide, "image/png")}
+    )
     assert r.status_code == 400 and error_of(r)["param"] == "image"
     assert "square" in error_of(r)["message"]
 
 
 async def test_an_image_over_4_mb_is_refused(rig: Rig) -> None:
     big = PNG + b"\x00" * (4 * 1024 * 1024)
-    r = await post_form(rig, "variations", {"model": "dalle2"}, {"image": ("b.png", big, "image/png")})
+    r = await post_form(
+        rig, "variations", {"model": "dalle2"}, {"image": ("b.png", big, "image/png")}
+    )
     assert r.status_code == 400
     assert error_of(r)["code"] == "file_too_large" and error_of(r)["param"] == "image"
 
@@ -156,6 +162,9 @@ async def test_not_multipart_is_415(rig: Rig) -> None:
 
 async def test_edit_content_policy(rig: Rig) -> None:
     r = await post_form(
-        rig, "edits", {"model": "dalle2", "prompt": "forbidden"}, {"image": ("i.png", PNG, "image/png")}
+        rig,
+        "edits",
+        {"model": "dalle2", "prompt": "forbidden"},
+        {"image": ("i.png", PNG, "image/png")},
     )
     assert r.status_code == 400 and error_of(r)["code"] == "content_policy_violation"

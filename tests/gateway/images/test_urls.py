@@ -56,14 +56,16 @@ async def test_the_png_is_stored_encrypted(database_url: str, tmp_path: Path) ->
         r = await generate(rig, {"model": "dalle2", "prompt": "a secret garden", "n": 2})
         assert r.status_code == 200
         pngs = [image_for("a secret garden", i) for i in range(2)]
-        blobs = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
-        assert any("images" in str(p) for p in blobs)
-        for path in tmp_path.rglob("*"):  # blobs, the database, its WAL
-            if path.is_file():
-                content = path.read_bytes()
-                for png in pngs:
-                    assert png not in content, path
-                    assert png[16:40] not in content, path  # not even the IHDR onwards
+        stored = _stored_files(tmp_path)  # blobs, the database, its WAL
+        assert any("images" in str(path) for path in stored)
+        for path, content in stored.items():
+            for png in pngs:
+                assert png not in content, path
+                assert png[16:40] not in content, path  # not even the IHDR onwards
+
+
+def _stored_files(root: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
 
 
 async def test_urls_expire_after_the_configured_lifetime_and_the_janitor_removes_them(
@@ -84,16 +86,16 @@ async def test_urls_expire_after_the_configured_lifetime_and_the_janitor_removes
 
         await wait_until_async(expired, limit_s=5)
         assert await runtime.files.blobs.exists(record.blob_key)  # until the janitor runs
-        janitor = FilesJanitor(runtime.storage.files, runtime.files.blobs, images=runtime.storage.images)
+        janitor = FilesJanitor(
+            runtime.storage.files, runtime.files.blobs, images=runtime.storage.images
+        )
         await janitor.sweep_once()
         assert janitor.statistics()["expired_images"] == 1
         assert await runtime.storage.images.count() == 0
         assert not await runtime.files.blobs.exists(record.blob_key)
 
 
-async def test_public_base_url_is_the_base_of_image_urls(
-    database_url: str, tmp_path: Path
-) -> None:
+async def test_public_base_url_is_the_base_of_image_urls(database_url: str, tmp_path: Path) -> None:
     async with images_rig(
         database_url, tmp_path, GATEWAY_PUBLIC_BASE_URL="https://img.example.com"
     ) as rig:
