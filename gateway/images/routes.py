@@ -29,6 +29,12 @@ _PNG = msgspec.Meta(
 )
 
 
+# The content's body, for /openapi.json: the PNG's raw bytes.
+ImagePng = Annotated[
+    str, msgspec.Meta(extra_json_schema={"format": "binary"}, description="the PNG's bytes")
+]
+
+
 class ImageEditForm(msgspec.Struct, kw_only=True):
     """The multipart form of `POST /v1/images/edits`, for /openapi.json only."""
 
@@ -103,9 +109,10 @@ def routes(deps: ImagesDeps) -> Routes:
             CONTENT_PATH,
             "A generated image by its URL (no credential; valid 1 hour by default)",
             _TAG,
+            response=ImagePng,
             response_content_type="image/png",
             auth=Auth.NONE,
-            errors=(404,),
+            errors=(404, 500),
         ),
         ImageContent(deps.store),
     )
