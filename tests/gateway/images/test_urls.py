@@ -12,6 +12,7 @@ import httpx
 from actors.files_janitor import FilesJanitor
 from bench.upstream.image_routes import image_for
 from gateway.images.store import token_hash
+from protocol.credentials import CredentialKind
 from protocol.timefmt import now_us
 from tests.gateway.images.support import error_of, generate, images_rig
 from tests.gateway.keys_client import create_key
@@ -32,11 +33,14 @@ async def test_a_url_works_without_credentials_and_serves_the_png(
         assert got.content == image_for("an owl", 0)
         assert got.headers["content-type"] == "image/png"
         assert got.headers["x-content-type-options"] == "nosniff"
-        # Another organization's credential is neither needed nor looked at.
-        other = await rig.gateway.runtime.storage.orgs.create("other")
-        assert other.id != rig.gateway.org_id
-        junk = await rig.gateway.client.get(url, headers={"Authorization": "Bearer sk-nonsense"})
-        assert junk.status_code == 200 and junk.content == got.content
+        # Another organization's credential is neither needed nor looked at, nor a bad one.
+        runtime = rig.gateway.runtime
+        other = await runtime.storage.orgs.create("other")
+        credential = runtime.hasher.generate(CredentialKind.MANAGEMENT)
+        await runtime.storage.orgs.add_management_key(other.id, credential)
+        for bearer in (credential.value, "sk-nonsense"):
+            seen = await rig.gateway.client.get(url, headers={"Authorization": f"Bearer {bearer}"})
+            assert seen.status_code == 200 and seen.content == got.content
         # The row holds the token's hash only.
         row = await rig.gateway.runtime.storage.images.by_token(token_hash(token), now=now_us())
         assert row is not None and row.org_id == rig.gateway.org_id
