@@ -8,6 +8,8 @@ Behaviour a test can ask for through the request itself:
 - `response_format: url` answers `url`s (under https://images.bench.invalid/, never served),
   and so does a prompt containing `[answer-with-url]` whatever was asked (a provider that
   ignores the field);
+- a prompt containing `[one-image]` gets one image whatever `n` asked (a provider that made
+  fewer: the gateway charges what came);
 - models named like `dall-e-3` (the single-image family) add `revised_prompt`.
 Pure: no I/O.
 """
@@ -32,6 +34,7 @@ IMAGE_SIDE = 8  # pixels: small, and still a real image
 REFUSED_WORD = "forbidden"
 URL_MARKER = "[answer-with-url]"
 URL_BASE = "https://images.bench.invalid/"
+ONE_IMAGE_MARKER = "[one-image]"
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
@@ -82,7 +85,7 @@ def _result(model: str, prompt: str, n: int, response_format: str) -> Reply:
         return error_reply(400, "n must be from 1 to 10", param="n")
     as_url = response_format == "url" or URL_MARKER in prompt
     data: list[dict[str, Any]] = []
-    for i in range(n):
+    for i in range(1 if ONE_IMAGE_MARKER in prompt else n):
         image = image_for(prompt, i)
         item: dict[str, Any] = (
             {"url": URL_BASE + hashlib.sha256(image).hexdigest() + ".png"}

@@ -68,7 +68,7 @@ async def _read_form(
 
 def _n(fields: dict[str, str]) -> int:
     text = fields.get("n", "1").strip()
-    if not text.isdigit() or len(text) > 3:
+    if not (text.isascii() and text.isdigit()) or len(text) > 3:
         raise invalid_request("`n` must be an integer.", param="n")
     return int(text)
 

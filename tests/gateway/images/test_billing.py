@@ -89,6 +89,14 @@ async def test_each_charge_is_images_times_price_plus_fee(
     assert row.request_id == r.headers["x-request-id"]
 
 
+async def test_only_the_images_returned_are_charged(rig: Rig) -> None:
+    r = await generate(rig, {"model": "dalle2", "prompt": "[one-image] a", "n": 5})
+    assert r.status_code == 200 and len(r.json()["data"]) == 1
+    balance, rows = await ledger(rig, 1)
+    assert balance == CREDIT - charge_micros(DALLE2_PRICE, Decimal("4"))
+    assert rows[0].amount_micros == -charge_micros(DALLE2_PRICE, Decimal("4"))
+
+
 async def test_the_pro_plan_fee(rig: Rig) -> None:
     storage = rig.gateway.runtime.storage
     await storage.db.execute(
