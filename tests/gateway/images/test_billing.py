@@ -272,3 +272,34 @@ async def test_billing_off_still_answers(database_url: str, tmp_path: Path) -> N
     async with inference_rig(database_url, tmp_path, extra_toml=toml, credit_usd=None) as rig:
         r = await generate(rig, {"model": "dalle2", "prompt": "a"})
         assert r.status_code == 200
+
+
+async def test_edits_and_variations_map_failures_and_use_the_orgs_key(rig: Rig) -> None:
+    from bench.upstream.image_routes import png
+
+    files = {"image": ("i.png", png((1, 2, 3), 8), "image/png")}
+    headers = rig.gateway.auth(rig.key)
+    rig.upstream.behavior.fail_status = 429
+    r = await rig.gateway.client.post(
+        "/v1/images/variations", data={"model": "dalle2"}, files=files, headers=headers
+    )
+    assert r.status_code == 429 and error_of(r)["code"] == "upstream_rate_limited"
+    rig.upstream.behavior.fail_status = 502
+    r = await rig.gateway.client.post(
+        "/v1/images/edits", data={"model": "dalle2", "prompt": "a"}, files=files, headers=headers
+    )
+    assert r.status_code == 502
+    rig.upstream.behavior.fail_status = None
+    added = await rig.gateway.client.post(
+        "/v1/provider_keys",
+        json={"provider": "sim", "api_key": "sk-org-own"},
+        headers=rig.gateway.auth(),
+    )
+    assert added.status_code in (200, 201)
+    r = await rig.gateway.client.post(
+        "/v1/images/edits", data={"model": "dalle2", "prompt": "a"}, files=files, headers=headers
+    )
+    assert r.status_code == 200
+    assert image_requests(rig, "edits")[-1].headers["authorization"] == "Bearer sk-org-own"
+    balance, rows = await ledger(rig, 1)
+    assert balance == CREDIT and [row.amount_micros for row in rows] == [0]
