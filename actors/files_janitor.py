@@ -1,5 +1,6 @@
 """The files janitor: removes expired files (`vision`, after 24 hours), uploads whose process
-died (their row stopped moving), and the blob store's unfinished temporaries.
+died (their row stopped moving), generated images whose URL expired (storage/images.py; they
+live in the same blob store), and the blob store's unfinished temporaries.
 
 Every `interval_s`, in batches. A file's row goes first (in one transaction with its quota
 charge), then its blob: a janitor that dies between the two leaves a blob whose data key is
@@ -18,6 +19,7 @@ from actors.base import Actor
 from protocol.timefmt import now_us
 from storage.blobs import BlobStore
 from storage.files import FileRecord, FileRepository
+from storage.images import ImageRecord, ImageRepository
 
 log = logging.getLogger("gateway.files")
 
@@ -35,10 +37,12 @@ class FilesJanitor(Actor):
         stale_temporary_s: float = 3600.0,
         batch: int = BATCH,
         name: str = "files-janitor",
+        images: ImageRepository | None = None,
     ) -> None:
         self.name = name
         self._repo = repo
         self._blobs = blobs
+        self._images = images
         self._interval_s = interval_s
         self._stale_upload_us = round(stale_upload_s * 1_000_000)
         self._stale_temporary_s = stale_temporary_s
@@ -46,6 +50,7 @@ class FilesJanitor(Actor):
         self.expired = 0
         self.abandoned = 0
         self.temporaries = 0
+        self.expired_images = 0
         self.runs = 0
 
     def statistics(self) -> dict[str, object]:
@@ -53,6 +58,7 @@ class FilesJanitor(Actor):
             "expired": self.expired,
             "abandoned_uploads": self.abandoned,
             "temporaries": self.temporaries,
+            "expired_images": self.expired_images,
             "runs": self.runs,
         }
 
@@ -70,6 +76,8 @@ class FilesJanitor(Actor):
         self.abandoned += await self._drain(
             lambda: self._repo.stale_uploads(before=stale_before, limit=self._batch)
         )
+        if self._images is not None:
+            self.expired_images += await self._drain_images(self._images, now)
         self.temporaries += await self._blobs.remove_stale(self._stale_temporary_s)
         self.runs += 1
 
@@ -82,6 +90,26 @@ class FilesJanitor(Actor):
             total += removed
             if len(batch) < self._batch or not removed:
                 return total
+
+    async def _drain_images(self, images: ImageRepository, now: int) -> int:
+        """Expired images, batch after batch: the row (and with it the data key) first."""
+        total = 0
+        while True:
+            batch = await images.expired(now=now, limit=self._batch)
+            removed = 0
+            for record in batch:
+                if await images.remove(record):
+                    removed += 1
+                    await self._delete_blob(record)
+            total += removed
+            if len(batch) < self._batch or not removed:
+                return total
+
+    async def _delete_blob(self, record: ImageRecord) -> None:
+        try:
+            await self._blobs.delete(record.blob_key)
+        except Exception:  # its data key is gone with the row: unreadable either way
+            log.exception("image %s: blob %s not deleted", record.id, record.blob_key)
 
     async def _remove(self, records: list[FileRecord]) -> int:
         removed = 0

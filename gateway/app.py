@@ -10,6 +10,8 @@ from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
 from gateway.files.store import FORM_OVERHEAD_BYTES
+from gateway.images import ImagesDeps
+from gateway.images import routes as images
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
@@ -62,6 +64,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
         files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
+        images.routes(ImagesDeps(deps, runtime.images, runtime.config.public_base_url)),
         webhooks.routes(
             runtime.storage,
             runtime.master_key,
@@ -74,7 +77,10 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
     app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
     completions = CompletionEvents(
         runtime.event_writer,
-        inference.COMPLETION_ROUTES | audio.COMPLETION_ROUTES | {rerank.RERANK_PATH},
+        inference.COMPLETION_ROUTES
+        | audio.COMPLETION_ROUTES
+        | images.COMPLETION_ROUTES
+        | {rerank.RERANK_PATH},
         runtime.config.webhooks.completion_success_sample_rate,
     )
     return RequestMiddleware(

@@ -27,12 +27,13 @@ from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
 from gateway.credits.payments import PaymentProcessor, open_processor
 from gateway.files import FileStore, open_file_store
+from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
 from gateway.operations.metrics import Metrics
 from gateway.provider_keys.resolver import ProviderKeyResolver
 from protocol.credentials import CredentialHasher
-from protocol.secretbox import PROVIDER_KEYS, SecretBox
+from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, SecretBox
 from storage.open import Storage, open_storage
 
 
@@ -56,6 +57,7 @@ class Runtime:
     webhooks: WebhookDispatcher  # delivers the outbox to the subscriptions this instance holds
     files: FileStore  # uploaded files: rows, encrypted blobs (local or S3), the quota
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
+    images: ImageStore  # generated images kept for their `url` (in the files' blob store)
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -103,7 +105,13 @@ async def open_runtime(
             master_key,
             webhook_settings(config.webhooks),
         )
-        files_janitor = FilesJanitor(files.repo, files.blobs)
+        images = ImageStore(
+            storage.images,
+            files.blobs,
+            SecretBox.for_purpose(master_key, FILE_KEYS),
+            lifetime_us=config.images.url_lifetime_s * 1_000_000,
+        )
+        files_janitor = FilesJanitor(files.repo, files.blobs, images=storage.images)
         for actor in (
             upstreams,
             relays,
@@ -141,6 +149,7 @@ async def open_runtime(
                 webhooks,
                 files,
                 master_key,
+                images,
             )
         finally:
             nursery.cancel_scope.cancel()

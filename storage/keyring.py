@@ -64,6 +64,8 @@ SEALED_COLUMNS = (
         "webhooks", WEBHOOK_SECRETS, ("secret_sealed", "previous_secret_sealed"), ("org_id", "id")
     ),
     SealedColumns("files", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
+    # Generated images (storage/images.py): the same purpose as files, their own ids (img_).
+    SealedColumns("images", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
 )
 
 

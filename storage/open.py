@@ -10,6 +10,7 @@ from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
 from storage.idempotency import IdempotencyRepository
+from storage.images import ImageRepository
 from storage.keyring import KeyringRepository
 from storage.keys import KeyRepository
 from storage.ledger import LedgerRepository
@@ -33,6 +34,7 @@ class Storage:
     provider_keys: ProviderKeyRepository
     webhooks: WebhookRepository
     keyring: KeyringRepository
+    images: ImageRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -47,6 +49,7 @@ class Storage:
             provider_keys=ProviderKeyRepository(db),
             webhooks=WebhookRepository(db),
             keyring=KeyringRepository(db),
+            images=ImageRepository(db),
         )
 
 

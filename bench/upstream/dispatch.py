@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.upstream import anthropic_routes, audio_routes, openai_routes, rerank_routes
+from bench.upstream import (
+    anthropic_routes,
+    audio_routes,
+    image_routes,
+    openai_routes,
+    rerank_routes,
+)
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.replies import JsonReply, Reply
 
@@ -29,6 +35,9 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/audio/speech": {"POST": audio_routes.speech},
     "/v1/audio/transcriptions": {"POST": audio_routes.transcriptions},
     "/v1/audio/translations": {"POST": audio_routes.translations},
+    "/v1/images/generations": {"POST": image_routes.generations},
+    "/v1/images/edits": {"POST": image_routes.edits},
+    "/v1/images/variations": {"POST": image_routes.variations},
 }
 
 

@@ -25,6 +25,7 @@ from gateway.config.schema import (
     BillingConfig,
     Config,
     FilesConfig,
+    ImagesConfig,
     ModelConfig,
     ProviderConfig,
     ServerConfig,
@@ -319,6 +320,14 @@ def _parse_billing(table: _Table) -> BillingConfig:
     return billing
 
 
+def _parse_images(table: _Table) -> ImagesConfig:
+    lifetime = table.get(
+        "url_lifetime_s", schema.integer_in(1, 7 * 86_400), ImagesConfig.url_lifetime_s
+    )
+    table.finish()
+    return ImagesConfig(url_lifetime_s=lifetime)
+
+
 def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
     store = table.get("store", schema.one_of(schema.BLOB_STORES), FilesConfig.store)
     endpoint = table.get("s3_endpoint_url", schema.parse_http_url, None)
@@ -419,6 +428,7 @@ def load_config(
     webhooks = _parse_webhooks(top.table("webhooks"))
     billing = _parse_billing(top.table("billing"))
     files = _parse_files(top.table("files"), env)
+    images = _parse_images(top.table("images"))
     top.finish()
 
     data_dir = _from_env(env, "GATEWAY_DATA_DIR", schema.parse_path) or data_dir
@@ -449,4 +459,5 @@ def load_config(
         billing=billing,
         log_level=_from_env(env, "GATEWAY_LOG_LEVEL", schema.parse_log_level) or log_level,
         files=files,
+        images=images,
     )

@@ -165,6 +165,13 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class ImagesConfig:
+    """`[images]`: generated images answered as `url` (docs/images.md)."""
+
+    url_lifetime_s: int = 3600  # SPEC: a `url` result is valid for 1 hour
+
+
+@dataclass(frozen=True)
 class WebhooksConfig:
     """`[webhooks]`: delivery of the events outbox to subscriptions (docs/webhooks.md)."""
 
@@ -237,6 +244,7 @@ class Config:
     billing: BillingConfig
     log_level: str = "INFO"
     files: FilesConfig = FilesConfig()
+    images: ImagesConfig = ImagesConfig()
 
     def __repr__(self) -> str:
         return _safe_repr(

@@ -13,6 +13,7 @@ from protocol.ids import ordered_id
 from storage import Storage
 from storage.blobs import LocalBlobStore
 from storage.files import NewUpload
+from storage.images import ImageRecord
 
 HOUR_US = 3600 * 1_000_000
 QUOTA = 10**9
@@ -78,6 +79,7 @@ async def test_the_janitor_removes_what_is_dead_or_expired_and_nothing_else(
         "expired": 1,
         "abandoned_uploads": 1,
         "temporaries": 1,
+        "expired_images": 0,
         "runs": 1,
     }
     assert not await blobs.exists(dead.blob_key)
@@ -89,3 +91,46 @@ async def test_the_janitor_removes_what_is_dead_or_expired_and_nothing_else(
     assert await storage.files.usage(org) == 100 + 10  # the live upload's reservation + kept
     await janitor.sweep_once(now)  # nothing more to do
     assert janitor.statistics()["abandoned_uploads"] == 1
+
+
+async def _image(
+    storage: Storage, blobs: LocalBlobStore, org_id: str, expires_at: int
+) -> ImageRecord:
+    image_id = ordered_id("img", expires_at)
+    record = ImageRecord(
+        id=image_id,
+        org_id=org_id,
+        token_hash=os.urandom(32).hex(),
+        blob_key=f"images/{org_id}/{image_id}",
+        data_key_sealed="v1:x",
+        bytes=10,
+        media_type="image/png",
+        created_at=expires_at - HOUR_US,
+        expires_at=expires_at,
+    )
+    async with await blobs.open_writer(record.blob_key) as writer:
+        await writer.write(b"ciphertext")
+        await writer.commit()
+    await storage.images.insert(record)
+    return record
+
+
+async def test_the_janitor_removes_expired_images_in_batches_and_keeps_live_ones(
+    storage: Storage, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    org = (await storage.orgs.create("acme")).id
+    now = int(time.time() * 1_000_000)
+    expired = [await _image(storage, blobs, org, now - i - 1) for i in range(5)]
+    live = await _image(storage, blobs, org, now + HOUR_US)
+    janitor = FilesJanitor(storage.files, blobs, images=storage.images, batch=2)
+    await janitor.sweep_once(now)
+    assert janitor.statistics()["expired_images"] == 5
+    for record in expired:
+        assert not await blobs.exists(record.blob_key)
+    assert await blobs.exists(live.blob_key)
+    assert await storage.images.count() == 1
+    # An hour later the live one has expired too.
+    await janitor.sweep_once(now + HOUR_US)
+    assert janitor.statistics()["expired_images"] == 6
+    assert await storage.images.count() == 0

@@ -665,3 +665,13 @@ def test_repr_shows_none_for_absent_secrets() -> None:
 )
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
+
+
+def test_images_url_lifetime(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "").images.url_lifetime_s == 3600  # SPEC: 1 hour
+    assert load_text(tmp_path, "[images]\nurl_lifetime_s = 60\n").images.url_lifetime_s == 60
+    for bad in ("0", "604801", '"1h"', "1.5"):
+        with pytest.raises(ConfigError, match="url_lifetime_s"):
+            load_text(tmp_path, f"[images]\nurl_lifetime_s = {bad}\n")
+    with pytest.raises(ConfigError, match="lifetime"):
+        load_text(tmp_path, "[images]\nlifetime = 1\n")

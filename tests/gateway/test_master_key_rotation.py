@@ -34,6 +34,7 @@ from protocol.secretbox import (
     wrap_data_key,
 )
 from protocol.timefmt import now_us
+from storage.images import ImageRecord
 from storage.keyring import SEALED_COLUMNS
 from storage.open import Storage, open_storage
 from storage.webhooks.records import NewWebhook
@@ -56,9 +57,10 @@ class Seeded:
     current_secret: str = "whsec_current-secret-value"
     previous_secret: str = "whsec_previous-secret-value"
     files: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # id -> (blob, content)
+    images: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # generated images
 
 
-async def _seed(storage: Storage, key: bytes, files: int = 3) -> Seeded:
+async def _seed(storage: Storage, key: bytes, files: int = 3, images: int = 1) -> Seeded:
     org = await storage.orgs.create(f"org-{os.urandom(4).hex()}")
     seeded = Seeded(org.id)
     box = SecretBox.for_purpose(key, PROVIDER_KEYS)
@@ -109,6 +111,24 @@ async def _seed(storage: Storage, key: bytes, files: int = 3) -> Seeded:
             },
         )
         seeded.files[file_id] = (blob, content)
+    for i in range(images):  # gateway/images/store.py: data keys sealed like files'
+        image_id = new_id("img")
+        data_key = blobcrypt.new_data_key()
+        content = f"png {i}".encode()
+        await storage.images.insert(
+            ImageRecord(
+                id=image_id,
+                org_id=org.id,
+                token_hash=os.urandom(32).hex(),
+                blob_key=f"images/{org.id}/{image_id}",
+                data_key_sealed=wrap_data_key(fbox, data_key, (org.id, image_id)),
+                bytes=len(content),
+                media_type="image/png",
+                created_at=now,
+                expires_at=now + 3_600_000_000,
+            )
+        )
+        seeded.images[image_id] = (blobcrypt.encrypt(data_key, image_id, content), content)
     return seeded
 
 
@@ -139,6 +159,10 @@ async def _assert_under(storage: Storage, seeded: Seeded, key: bytes, not_key: b
             "SELECT id, data_key_sealed FROM files WHERE org_id = :org", {"org": seeded.org_id}
         )
         assert {r["id"] for r in file_rows} == set(seeded.files)
+        image_rows = await storage.db.fetch(
+            "SELECT id, data_key_sealed FROM images WHERE org_id = :org", {"org": seeded.org_id}
+        )
+        assert {r["id"] for r in image_rows} == set(seeded.images)
         if other:
             assert box.open(sealed, sealing_context(seeded.org_id, "openai")) == (
                 seeded.provider_key
@@ -149,13 +173,17 @@ async def _assert_under(storage: Storage, seeded: Seeded, key: bytes, not_key: b
                 data_key = unwrap_data_key(fbox, r["data_key_sealed"], (seeded.org_id, r["id"]))
                 blob, content = seeded.files[r["id"]]
                 assert blobcrypt.decrypt(data_key, r["id"], blob) == content  # blob untouched
+            for r in image_rows:
+                data_key = unwrap_data_key(fbox, r["data_key_sealed"], (seeded.org_id, r["id"]))
+                blob, content = seeded.images[r["id"]]
+                assert blobcrypt.decrypt(data_key, r["id"], blob) == content
         else:
             with pytest.raises(SecretBoxError):
                 box.open(sealed, sealing_context(seeded.org_id, "openai"))
             for value in (webhook.secret_sealed, webhook.previous_secret_sealed):
                 with pytest.raises(SecretBoxError):
                     wbox.open(value, context)
-            for r in file_rows:
+            for r in [*file_rows, *image_rows]:
                 with pytest.raises(SecretBoxError):
                     unwrap_data_key(fbox, r["data_key_sealed"], (seeded.org_id, r["id"]))
 
@@ -165,7 +193,7 @@ async def test_rotation_reseals_every_secret_and_keeps_the_pepper(storage: Stora
     before = await unlock(storage.keyring, OLD)  # the first start: the derived pepper
     assert before.pepper == derive_pepper(OLD)
     report = await rotate_master_key(storage.keyring, OLD, NEW, batch=2, clock=lambda: 7)
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 3}
+    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 3, "images": 1}
     assert not report.unreadable and not report.finished_earlier
     await _assert_under(storage, seeded, NEW, OLD)
     after = await unlock(storage.keyring, NEW)
@@ -197,7 +225,7 @@ async def test_interrupted_rotation_finishes_when_run_again(storage: Storage) ->
         await rotate_master_key(storage.keyring, OLD, THIRD)
     assert await _sealed_values(storage, seeded) == untouched
     report = await rotate_master_key(storage.keyring, OLD, NEW)
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 0}
+    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 0, "images": 1}
     await _assert_under(storage, seeded, NEW, OLD)
     assert (await unlock(storage.keyring, NEW)).pepper == derive_pepper(OLD)
     # And once more, finished: nothing left to do, nothing changes.
@@ -212,10 +240,10 @@ async def test_run_again_reseals_what_old_instances_wrote_after_the_rotation(
 ) -> None:
     await rotate_master_key(storage.keyring, OLD, NEW)  # an empty database: only the keyring
     late = await _seed(storage, OLD, files=1)  # an instance not yet restarted, still on OLD
-    unreadable = await _seed(storage, THIRD, files=0)  # under neither key
+    unreadable = await _seed(storage, THIRD, files=0, images=0)  # under neither key
     report = await rotate_master_key(storage.keyring, OLD, NEW)
     assert report.finished_earlier
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 1}
+    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 1, "images": 1}
     await _assert_under(storage, late, NEW, OLD)
     pk = (await storage.provider_keys.list(unreadable.org_id))[0].id
     assert report.unreadable == {"provider_keys": [pk], "webhooks": [unreadable.webhook_id]}
