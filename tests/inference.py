@@ -21,6 +21,7 @@ import trio
 
 from bench.upstream import UpstreamServer, serve_upstream
 from tests.harness import Gateway, gateway_config, running_gateway
+from tests.waiting import wait_until
 
 UPSTREAM_KEY = "sim-provider-secret-key"
 PRICE_IN = Decimal("0.5")
@@ -120,6 +121,20 @@ async def inference_rig(
                 assert topup.status_code == 200, topup.text
             yield Rig(gw, upstream, r.json()["key"])
         nursery.cancel_scope.cancel()
+
+
+async def ledger(rig: Rig, settled: int = 0) -> tuple[int, list[Any]]:
+    """The stored balance and the usage rows, once `settled` requests were charged (a stream
+    is charged just after its last byte left) and everything charged was written; checks the
+    balance is the sum of the ledger's rows."""
+    runtime = rig.gateway.runtime
+    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
+    await runtime.accountant.flush()
+    org = rig.gateway.org_id
+    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
+    account = await runtime.storage.ledger.account(org)
+    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
+    return account.balance_micros, rows
 
 
 def sse_frames(text: str) -> list[str]:

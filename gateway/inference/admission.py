@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 from functools import lru_cache
 
+from actors.accountant import Accountant
 from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
@@ -100,17 +101,9 @@ async def reserve(
     """With billing on, hold the request's maximum cost (402 when a budget of the key or the
     balance cannot). With the org's own provider key: nothing is held, never refused (a bill
     of 0, for the usage row)."""
-    if deps.accountant is None:
+    if deps.accountant is None or await _own_key_bill(call, deps.accountant, capability):
         return
-    assert call.principal is not None and call.ctx.model is not None
-    if call.own_key is not None:
-        call.bill = await open_free_bill(
-            deps.accountant,
-            call.principal.org_id,
-            f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
-        )
-        return
-    assert price is not None
+    assert price is not None and call.ctx.model is not None
     call.bill = await open_bill(
         deps.accountant,
         call.principal.org_id,
@@ -132,18 +125,9 @@ async def reserve_units(
 ) -> None:
     """As `reserve`, for a request priced per unit: hold `units` (the most it can use) ×
     `unit_price` (None only with the org's own provider key, which holds nothing)."""
-    if deps.accountant is None:
+    if deps.accountant is None or await _own_key_bill(call, deps.accountant, capability):
         return
-    assert call.principal is not None and call.ctx.model is not None
-    if call.own_key is not None:
-        call.bill = await open_free_bill(
-            deps.accountant,
-            call.principal.org_id,
-            f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
-            per_unit=True,
-        )
-        return
-    assert unit_price is not None
+    assert unit_price is not None and call.ctx.model is not None
     call.bill = await open_unit_bill(
         deps.accountant,
         call.principal.org_id,
@@ -152,6 +136,21 @@ async def reserve_units(
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
+
+
+async def _own_key_bill(call: Call, accountant: Accountant, capability: str) -> bool:
+    """With the org's own provider key, give the call a bill of 0 (nothing held, never
+    refused; a usage row for the record) and say so."""
+    if call.own_key is None:
+        return False
+    assert call.principal is not None
+    call.bill = await open_free_bill(
+        accountant,
+        call.principal.org_id,
+        f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
+        per_unit=capability in UNIT_PRICE_FIELDS,
+    )
+    return True
 
 
 @lru_cache(maxsize=1024)

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from protocol.billing import charge_micros
-from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, open_raw_stream
+from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger, open_raw_stream
 from tests.waiting import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -30,19 +30,6 @@ async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
 def expected_charge(usage: dict[str, int], fee: str = "4") -> int:
     cost = (usage["prompt_tokens"] * PRICE_IN + usage["completion_tokens"] * PRICE_OUT) / 10**6
     return charge_micros(cost, Decimal(fee))
-
-
-async def ledger(rig: Rig, settled: int = 0) -> tuple[int, list[Any]]:
-    """The stored balance and the usage rows, once `settled` requests were charged (a stream
-    is charged just after its last byte left) and everything charged was written."""
-    runtime = rig.gateway.runtime
-    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
-    await runtime.accountant.flush()
-    org = rig.gateway.org_id
-    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
-    account = await runtime.storage.ledger.account(org)
-    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
-    return account.balance_micros, rows
 
 
 async def test_json_completion_is_charged_cost_plus_the_free_plan_fee(rig: Rig) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from bench.upstream.behavior import RecordedRequest
 from tests.gateway.keys_client import error_of
-from tests.inference import UPSTREAM_KEY, Rig, chunks, inference_rig
+from tests.inference import UPSTREAM_KEY, Rig, chunks, inference_rig, ledger
 from tests.waiting import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -58,19 +58,6 @@ def last_request(rig: Rig, path: str) -> RecordedRequest:
 
 def bearer(request: RecordedRequest) -> str:
     return request.headers.get("authorization", "")
-
-
-async def ledger(rig: Rig, settled: int) -> tuple[int, list[Any]]:
-    """The stored balance and the usage rows, once `settled` requests were settled and
-    everything settled was written."""
-    runtime = rig.gateway.runtime
-    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
-    await runtime.accountant.flush()
-    org = rig.gateway.org_id
-    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
-    account = await runtime.storage.ledger.account(org)
-    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
-    return account.balance_micros, rows
 
 
 async def invalid_events(rig: Rig) -> list[Any]:

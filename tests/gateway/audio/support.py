@@ -16,7 +16,6 @@ import trio
 from bench.upstream.audio_routes import Upload, parse_form, wav_header
 from bench.upstream.behavior import RecordedRequest
 from tests.inference import Rig, inference_rig
-from tests.waiting import wait_until
 
 TTS_PRICE = Decimal("0.015")  # per 1,000 characters
 TTS_OTHER_PRICE = Decimal("0.03")
@@ -139,19 +138,6 @@ def assert_error(response: Any, status: int, code: str | None, param: str | None
     assert error["code"] == code, error
     if param is not None:
         assert error["param"] == param, error
-
-
-async def ledger(rig: Rig, settled: int) -> tuple[int, list[Any]]:
-    """The balance and the usage rows once `settled` requests were charged; the balance is
-    checked to be the sum of the ledger's rows."""
-    runtime = rig.gateway.runtime
-    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
-    await runtime.accountant.flush()
-    org = rig.gateway.org_id
-    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
-    account = await runtime.storage.ledger.account(org)
-    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
-    return account.balance_micros, rows
 
 
 # -- raw sockets -----------------------------------------------------------------------------

@@ -25,12 +25,11 @@ from tests.gateway.audio.support import (
     file_head,
     file_part,
     form,
-    ledger,
     post_form,
     upload_head,
     wav,
 )
-from tests.inference import Rig
+from tests.inference import Rig, ledger
 from tests.waiting import wait_until
 
 OWN_KEY = "sk-org-own-audio-key"

@@ -22,11 +22,10 @@ from tests.gateway.audio.support import (
     assert_error,
     audio_rig,
     connect,
-    ledger,
     sdk,
 )
 from tests.gateway.keys_client import create_key
-from tests.inference import Rig
+from tests.inference import Rig, ledger
 
 SPEECH = "/v1/audio/speech"
 FEE = Decimal("4")  # the free plan's platform fee, percent

@@ -25,14 +25,13 @@ from tests.gateway.audio.support import (
     field,
     file_part,
     form,
-    ledger,
     post_form,
     sdk,
     upstream_form,
     wav,
 )
 from tests.gateway.keys_client import create_key
-from tests.inference import Rig
+from tests.inference import Rig, ledger
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"

@@ -24,14 +24,13 @@ from tests.gateway.audio.support import (
     file_head,
     filler,
     form,
-    ledger,
     post_form,
     upload_head,
     upstream_form,
     wav,
 )
 from tests.gateway.rawhttp import Raw
-from tests.inference import Rig
+from tests.inference import Rig, ledger
 
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 BLOCK = bytes(range(256)) * 256  # 64 KiB

@@ -27,8 +27,7 @@ from tests.gateway.images.support import (
     images_rig,
 )
 from tests.gateway.keys_client import create_key
-from tests.inference import Rig, inference_rig
-from tests.waiting import wait_until
+from tests.inference import Rig, inference_rig, ledger
 
 CREDIT = 100_000_000
 
@@ -37,17 +36,6 @@ CREDIT = 100_000_000
 async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
     async with images_rig(database_url, tmp_path) as r:
         yield r
-
-
-async def ledger(rig: Rig, settled: int) -> tuple[int, list[Any]]:
-    runtime = rig.gateway.runtime
-    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
-    await runtime.accountant.flush()
-    org = rig.gateway.org_id
-    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
-    account = await runtime.storage.ledger.account(org)
-    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
-    return account.balance_micros, rows
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """A gateway with rerank models, wired to the simulated upstream's two rerank formats: `sim`
-(OpenAI-compatible, /v1/rerank) and `co` (Cohere, /cohere/v1/rerank), plus the ledger helpers
+(OpenAI-compatible, /v1/rerank) and `co` (Cohere, /cohere/v1/rerank), plus helpers
 the billing tests share."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import trio
 from bench.upstream import UpstreamServer, serve_upstream
 from tests.harness import gateway_config, running_gateway
 from tests.inference import UPSTREAM_KEY, Rig, inference_toml
-from tests.waiting import wait_until
 
 SEARCH_UNIT_USD = Decimal("0.002")
 ODD_UNIT_USD = Decimal("0.0000013")  # 3 units × 1.04 = 4.056 micro-USD: rounding shows
@@ -136,16 +135,3 @@ async def rerank(rig: Rig, body: dict[str, Any], key: str | None = None) -> Any:
 def rerank_requests(rig: Rig) -> list[Any]:
     """The rerank requests the upstream received (either format), as JSON."""
     return [q.json() for q in rig.upstream.requests if q.path.endswith("/rerank")]
-
-
-async def ledger(rig: Rig, settled: int = 0) -> tuple[int, list[Any]]:
-    """The stored balance and the usage rows once `settled` requests were charged; checks the
-    balance is the sum of the ledger rows."""
-    runtime = rig.gateway.runtime
-    await wait_until(lambda: runtime.accountant.stats.settled >= settled)
-    await runtime.accountant.flush()
-    org = rig.gateway.org_id
-    rows, _ = await runtime.storage.ledger.list(org, type="usage", limit=200, offset=0)
-    account = await runtime.storage.ledger.account(org)
-    assert await runtime.storage.ledger.sum_rows(org) == account.balance_micros
-    return account.balance_micros, rows

@@ -18,12 +18,11 @@ from tests.gateway.rerank.support import (
     HOSTILE,
     ODD_UNIT_USD,
     SEARCH_UNIT_USD,
-    ledger,
     rerank,
     rerank_requests,
     rerank_rig,
 )
-from tests.inference import Rig
+from tests.inference import Rig, ledger
 
 DOCUMENTS = ["apple", "pear", "apple pie"]
 FREE_FEE = Decimal("4")
