@@ -101,7 +101,10 @@ async def reserve(
     """With billing on, hold the request's maximum cost (402 when a budget of the key or the
     balance cannot). With the org's own provider key: nothing is held, never refused (a bill
     of 0, for the usage row)."""
-    if deps.accountant is None or await _own_key_bill(call, deps.accountant, capability):
+    if deps.accountant is None:
+        return
+    if call.own_key is not None:
+        await _own_key_bill(call, deps.accountant, capability)
         return
     assert price is not None and call.ctx.model is not None
     call.bill = await open_bill(
@@ -125,7 +128,10 @@ async def reserve_units(
 ) -> None:
     """As `reserve`, for a request priced per unit: hold `units` (the most it can use) ×
     `unit_price` (None only with the org's own provider key, which holds nothing)."""
-    if deps.accountant is None or await _own_key_bill(call, deps.accountant, capability):
+    if deps.accountant is None:
+        return
+    if call.own_key is not None:
+        await _own_key_bill(call, deps.accountant, capability)
         return
     assert unit_price is not None and call.ctx.model is not None
     call.bill = await open_unit_bill(
@@ -138,11 +144,9 @@ async def reserve_units(
     )
 
 
-async def _own_key_bill(call: Call, accountant: Accountant, capability: str) -> bool:
-    """With the org's own provider key, give the call a bill of 0 (nothing held, never
-    refused; a usage row for the record) and say so."""
-    if call.own_key is None:
-        return False
+async def _own_key_bill(call: Call, accountant: Accountant, capability: str) -> None:
+    """With the org's own provider key: a bill of 0 (nothing held, never refused; a usage
+    row for the record)."""
     assert call.principal is not None
     call.bill = await open_free_bill(
         accountant,
@@ -150,7 +154,6 @@ async def _own_key_bill(call: Call, accountant: Accountant, capability: str) -> 
         f"{_DESCRIPTIONS[capability].capitalize()}: {call.ctx.model} (own provider key)",
         per_unit=capability in UNIT_PRICE_FIELDS,
     )
-    return True
 
 
 @lru_cache(maxsize=1024)
