@@ -14,18 +14,16 @@ first, so "before" excludes one-time imports and caches.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import httpx
 import trio
 
-from bench.files import RssGauge
-from bench.suite import CpuPlan, SuiteError, raise_fd_limit, stack
+from bench.suite import SuiteError
+from bench.transfer import RssGauge, transfer_gateway
 from bench.upstream.audio_routes import wav_header
 
 AUDIO_TOML = """
@@ -106,20 +104,15 @@ async def upload(client: httpx.AsyncClient, size: int) -> float:
     return seconds
 
 
-async def _settled_kb(gauge: RssGauge) -> int:
-    await trio.sleep(0.2)
-    return gauge.now_kb()
-
-
 async def measure_one(client: httpx.AsyncClient, gauge: RssGauge, size: int) -> AudioRow:
-    before = await _settled_kb(gauge)
+    before = await gauge.settled_kb()
     gauge.reset()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(gauge.run)
         seconds = await upload(client, size)
         nursery.cancel_scope.cancel()
     peak, samples = gauge.peak_kb, gauge.samples
-    after = await _settled_kb(gauge)
+    after = await gauge.settled_kb()
     return AudioRow(
         bytes=size,
         seconds=seconds,
@@ -132,36 +125,14 @@ async def measure_one(client: httpx.AsyncClient, gauge: RssGauge, size: int) -> 
 
 
 async def run_audio(options: AudioOptions) -> list[AudioRow]:
-    raise_fd_limit()
-    cpus = CpuPlan.choose()
-    own_affinity = os.sched_getaffinity(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, {cpus.load})
     rows: list[AudioRow] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-audio-") as tmp:
-            async with stack(
-                Path(tmp) / "audio",
-                cpus,
-                chunk_interval_ms=None,
-                completion_tokens=1,
-                max_connections=8,
-                keepalive=8,
-                extra_toml=AUDIO_TOML,
-            ) as s:
-                headers = {"Authorization": f"Bearer {s.gateway_key}"}
-                async with httpx.AsyncClient(
-                    base_url=s.gateway.url.rstrip("/"), headers=headers, timeout=60.0
-                ) as client:
-                    gauge = RssGauge(s.gateway.process.pid, options.sample_interval_s)
-                    await upload(client, 1_000_000)  # warm-up
-                    for n in range(options.rounds):
-                        row = await measure_one(client, gauge, options.size_mb * 1_000_000)
-                        if options.progress:
-                            print(f"bench audio: round {n + 1}: {row.mb_s:.0f} MB/s", flush=True)
-                        rows.append(row)
-    finally:
-        os.sched_setaffinity(0, own_affinity)
+    async with transfer_gateway("audio", options.sample_interval_s, extra_toml=AUDIO_TOML) as gw:
+        await upload(gw.client, 1_000_000)  # warm-up
+        for n in range(options.rounds):
+            row = await measure_one(gw.client, gw.gauge, options.size_mb * 1_000_000)
+            if options.progress:
+                print(f"bench audio: round {n + 1}: {row.mb_s:.0f} MB/s", file=sys.stderr)
+            rows.append(row)
     return rows
 
 

@@ -24,7 +24,6 @@ import hashlib
 import io
 import os
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
@@ -34,15 +33,8 @@ import httpx
 import trio
 
 from bench.file_pipeline import fine_tune_jsonl
-from bench.suite import (
-    CpuPlan,
-    SuiteError,
-    cpu_seconds,
-    proc_status_kb,
-    process_tree,
-    raise_fd_limit,
-    stack,
-)
+from bench.suite import SuiteError
+from bench.transfer import RssGauge, transfer_gateway
 from gateway.config.schema import ServerConfig
 
 PURPOSES = ("fine-tune", "user_data")
@@ -161,32 +153,6 @@ def form_parts(purpose: str, content: Content) -> tuple[bytes, bytes]:
         f"Content-Type: {content.media_type}\r\n\r\n"
     ).encode()
     return head, f"\r\n--{_BOUNDARY}--\r\n".encode()
-
-
-class RssGauge:
-    """VmRSS of a process tree, sampled every `interval_s` while `run` runs: peak and count."""
-
-    def __init__(self, pid: int, interval_s: float) -> None:
-        self.pid = pid
-        self.interval_s = interval_s
-        self.peak_kb = 0
-        self.samples = 0
-
-    def now_kb(self) -> int:
-        return sum(proc_status_kb(p, "VmRSS") or 0 for p in process_tree(self.pid))
-
-    def cpu_s(self) -> float:
-        return cpu_seconds(process_tree(self.pid))
-
-    def reset(self) -> None:
-        self.peak_kb = self.now_kb()
-        self.samples = 0
-
-    async def run(self) -> None:
-        while True:
-            self.peak_kb = max(self.peak_kb, self.now_kb())
-            self.samples += 1
-            await trio.sleep(self.interval_s)
 
 
 def _mb(kb: int) -> float:
@@ -318,18 +284,12 @@ async def delete(client: httpx.AsyncClient, file_id: str) -> None:
         raise SuiteError(f"DELETE /v1/files/{file_id}: {response.status_code}")
 
 
-async def _settled_kb(gauge: RssGauge) -> int:
-    """The RSS a moment after a transfer (the response's last buffers released)."""
-    await trio.sleep(0.2)
-    return gauge.now_kb()
-
-
 async def measure_one(
     client: httpx.AsyncClient, gauge: RssGauge, purpose: str, size: int, folder: Path
 ) -> FilesRow:
     content = Content.for_purpose(purpose, size)
     write_mb_s, read_mb_s = await trio.to_thread.run_sync(disk_baseline, content, folder)
-    before = await _settled_kb(gauge)
+    before = await gauge.settled_kb()
     gauge.reset()
     cpu = (gauge.cpu_s(), time.process_time())
     async with trio.open_nursery() as nursery:
@@ -339,7 +299,7 @@ async def measure_one(
     file_id, up_s = sent.file_id, sent.seconds
     cpu_up = (gauge.cpu_s() - cpu[0], time.process_time() - cpu[1])
     peak_up, samples = gauge.peak_kb, gauge.samples
-    after_up = await _settled_kb(gauge)
+    after_up = await gauge.settled_kb()
     gauge.reset()
     cpu = (gauge.cpu_s(), time.process_time())
     async with trio.open_nursery() as nursery:
@@ -349,7 +309,7 @@ async def measure_one(
     cpu_down = (gauge.cpu_s() - cpu[0], time.process_time() - cpu[1])
     peak_down = gauge.peak_kb
     await delete(client, file_id)
-    after = await _settled_kb(gauge)
+    after = await gauge.settled_kb()
     return FilesRow(
         purpose=purpose,
         bytes=content.size,
@@ -394,40 +354,14 @@ def planned_sizes(options: FilesOptions, purpose: str) -> list[int]:
 
 async def run_files(options: FilesOptions) -> list[FilesRow]:
     """Start a gateway, measure every size x purpose x round, stop it; the rows."""
-    raise_fd_limit()
-    cpus = CpuPlan.choose()
-    own_affinity = os.sched_getaffinity(0)
-    if cpus is not None:
-        os.sched_setaffinity(0, {cpus.load})
     rows: list[FilesRow] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="gateway-bench-files-") as tmp:
-            workdir = Path(tmp) / "files"
-            async with stack(
-                workdir,
-                cpus,
-                chunk_interval_ms=None,
-                completion_tokens=1,
-                max_connections=8,
-                keepalive=8,
-            ) as s:
-                timeout = httpx.Timeout(60.0)
-                headers = {"Authorization": f"Bearer {s.gateway_key}"}
-                async with httpx.AsyncClient(
-                    base_url=s.gateway.url.rstrip("/"), headers=headers, timeout=timeout
-                ) as client:
-                    gauge = RssGauge(s.gateway.process.pid, options.sample_interval_s)
-                    await _warm_up(client, options.purposes)
-                    for _ in range(options.rounds):
-                        for purpose in options.purposes:
-                            for size in planned_sizes(options, purpose):
-                                _say(options, f"{purpose} {size / 1e6:.0f} MB")
-                                row = await measure_one(client, gauge, purpose, size, workdir)
-                                rows.append(row)
-    except (httpx.HTTPError, trio.TooSlowError) as exc:
-        raise SuiteError(f"files bench failed: {exc!r}") from None
-    finally:
-        os.sched_setaffinity(0, own_affinity)
+    async with transfer_gateway("files", options.sample_interval_s) as gw:
+        await _warm_up(gw.client, options.purposes)
+        for _ in range(options.rounds):
+            for purpose in options.purposes:
+                for size in planned_sizes(options, purpose):
+                    _say(options, f"{purpose} {size / 1e6:.0f} MB")
+                    rows.append(await measure_one(gw.client, gw.gauge, purpose, size, gw.workdir))
     return rows
 
 
