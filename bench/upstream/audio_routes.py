@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from bench.upstream import forms
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.openai_routes import error_reply
 from bench.upstream.replies import JsonReply, Reply, StreamReply
@@ -98,50 +99,17 @@ class Upload:
 
 def parse_form(content_type: str, body: bytes) -> Upload | None:
     """The multipart form in `body`, or None when it is not one."""
-    kind, _, params = content_type.partition(";")
-    boundary = ""
-    for param in params.split(";"):
-        key, _, value = param.strip().partition("=")
-        if key.lower() == "boundary":
-            boundary = value.strip('"')
-    if kind.strip().lower() != "multipart/form-data" or not boundary:
-        return None
-    dash = b"--" + boundary.encode()
-    if not body.startswith(dash):
+    parts = forms.parse_form(content_type, body)
+    if parts is None:
         return None
     upload = Upload()
-    for chunk in body.split(b"\r\n" + dash)[0:]:
-        piece = chunk[len(dash) :] if chunk.startswith(dash) else chunk
-        if piece.startswith(b"--"):
-            break
-        head, sep, data = piece.removeprefix(b"\r\n").partition(b"\r\n\r\n")
-        if not sep:
-            return None
-        name, filename = _disposition(head.decode("latin-1"))
-        if name is None:
-            return None
-        upload.order.append(name)
-        if name == "file" and filename is not None:
-            upload.file, upload.filename = data, filename
+    for part in parts:
+        upload.order.append(part.name)
+        if part.name == "file" and part.filename is not None:
+            upload.file, upload.filename = part.data, part.filename
         else:
-            upload.fields.setdefault(name, []).append(data.decode("utf-8", "replace"))
+            upload.fields.setdefault(part.name, []).append(part.data.decode("utf-8", "replace"))
     return upload
-
-
-def _disposition(head: str) -> tuple[str | None, str | None]:
-    name: str | None = None
-    filename: str | None = None
-    for line in head.split("\r\n"):
-        key, _, value = line.partition(":")
-        if key.strip().lower() != "content-disposition":
-            continue
-        for param in value.split(";")[1:]:
-            pname, _, pvalue = param.strip().partition("=")
-            if pname == "name":
-                name = pvalue.strip('"')
-            elif pname == "filename":
-                filename = pvalue.strip('"')
-    return name, filename
 
 
 def transcriptions(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from bench.upstream import forms
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.openai_routes import error_reply
 from bench.upstream.replies import JsonReply, Reply
@@ -116,23 +117,12 @@ def generations(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
 
 
 def form_parts(request: RecordedRequest) -> dict[str, bytes]:
-    """A multipart body's parts by name (a small parser for a simulator: whole body held)."""
-    content_type = request.headers.get("content-type", "")
-    _, _, boundary = content_type.partition("boundary=")
-    if not boundary:
-        return {}
-    parts: dict[str, bytes] = {}
-    for chunk in request.body.split(b"--" + boundary.strip('"').encode())[1:]:
-        if chunk.startswith(b"--"):
-            break
-        head, _, value = chunk.partition(b"\r\n\r\n")
-        marker = b'name="'
-        at = head.find(marker)
-        if at < 0:
-            continue
-        name = head[at + len(marker) : head.index(b'"', at + len(marker))].decode()
-        parts[name] = value.removesuffix(b"\r\n")
-    return parts
+    """A multipart body's parts by name (the first of each); empty when it is not a form."""
+    parts = forms.parse_form(request.headers.get("content-type", ""), request.body) or []
+    found: dict[str, bytes] = {}
+    for part in parts:
+        found.setdefault(part.name, part.data)
+    return found
 
 
 def _uploads(request: RecordedRequest, *, edit: bool) -> Reply:
@@ -149,13 +139,15 @@ def _uploads(request: RecordedRequest, *, edit: bool) -> Reply:
     except ValueError:
         return error_reply(400, "n must be an integer", param="n")
     prompt = (
-        parts["prompt"].decode() if edit else "variation of " + hashlib.sha256(image).hexdigest()
+        parts["prompt"].decode("utf-8", "replace")
+        if edit
+        else "variation of " + hashlib.sha256(image).hexdigest()
     )
     return _result(
-        parts.get("model", b"").decode(),
+        parts.get("model", b"").decode("utf-8", "replace"),
         prompt,
         n,
-        parts.get("response_format", b"url").decode(),
+        parts.get("response_format", b"url").decode("utf-8", "replace"),
     )
 
 
