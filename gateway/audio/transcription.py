@@ -23,6 +23,7 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.multipart import Form, MultipartLimits, Part
 from gateway.web.request import Request
+from gateway.web.responses import Response
 from protocol.audio import transcript
 from protocol.audio.duration import HEAD_BYTES, wav_duration
 from protocol.audio.transcription import (
@@ -54,7 +55,7 @@ class Transcribe:
         self._path = "audio/transcriptions" if task == "transcription" else "audio/translations"
         self._max_file_bytes = max_file_bytes
 
-    async def __call__(self, http: Request) -> None:
+    async def __call__(self, http: Request) -> Response:
         deps = self._deps
         call = Call(http)
         declared = http.content_length
@@ -110,14 +111,7 @@ class Transcribe:
             finally:
                 call.close_bill()
         body, content_type = transcript.render(result, fields.response_format, raw)
-        http.started = True
-        headers = [
-            (b"content-type", content_type.encode()),
-            (b"content-length", b"%d" % len(body)),
-            *http.headers,
-        ]
-        await http.send({"type": "http.response.start", "status": 200, "headers": headers})
-        await http.send({"type": "http.response.body", "body": body, "more_body": False})
+        return Response(body, content_type=content_type.encode())
 
 
 async def _fields_before_file(
