@@ -223,9 +223,7 @@ class Http1Pool:
             try:
                 yield response
             finally:
-                if response.reusable and len(self._idle) < self._max_idle:
-                    self._idle.append(conn)
-                else:
+                if not self._pooled(conn, response):
                     await _close(conn)
 
     @asynccontextmanager
@@ -248,10 +246,16 @@ class Http1Pool:
             try:
                 yield response
             finally:
-                if response.reusable and len(self._idle) < self._max_idle:
-                    self._idle.append(conn)
-                else:
+                if not self._pooled(conn, response):
                     await _close(conn)
+
+    def _pooled(self, conn: _Connection, response: Response) -> bool:
+        """Put `conn` back in the pool if its response was read to its end and allows reuse
+        (and the pool has room); False: the caller closes it."""
+        if response.reusable and len(self._idle) < self._max_idle:
+            self._idle.append(conn)
+            return True
+        return False
 
     async def _send_streamed(
         self, conn: _Connection, head: bytes, chunks: AsyncIterable[bytes]
