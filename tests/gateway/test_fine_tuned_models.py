@@ -21,8 +21,9 @@ import pytest
 from protocol.billing import charge_micros
 from protocol.credentials import CredentialKind
 from protocol.timefmt import now_us
+from tests.backends import REDIS_URL
 from tests.gateway.keys_client import create_key, error_of
-from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger
+from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger, two_instances
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 TRAINING = (
@@ -340,3 +341,32 @@ async def test_a_model_whose_provider_is_no_longer_configured_is_404(rig: Rig) -
         r.status_code == 404
         and msgspec.json.decode(r.content)["error"]["code"] == "model_not_found"
     )
+
+
+@pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL")
+async def test_registration_and_deletion_apply_at_once_on_every_instance(
+    database_url: str, tmp_path: Path
+) -> None:
+    assert REDIS_URL is not None
+    async with two_instances(database_url, tmp_path, REDIS_URL) as (a, b):
+        key = (await create_key(a, name="shared"))["key"]
+        name = f"ft:sim-small:{a.org_id}::ftjob_1"
+        before = await b.client.get(f"/v1/models/{name}", headers=b.auth(key))
+        assert before.status_code == 404  # looked up once on b: nothing may be cached
+        await a.runtime.storage.fine_tuned_models.register(
+            model_id=name,
+            org_id=a.org_id,
+            provider="sim",
+            upstream_model="ft:sim-small:bench::00000001",
+            base_model="small",
+            job_id="ftjob_1",
+            created_at_us=1,
+        )
+        assert (await b.client.get(f"/v1/models/{name}", headers=b.auth(key))).status_code == 200
+        # The simulated provider never made this model: its 404 counts as deleted there.
+        r = await a.client.delete(f"/v1/models/{name}", headers=a.auth(key))
+        assert r.status_code == 200, r.text
+        chat = {"model": name, "messages": MESSAGES}
+        r = await b.client.post("/v1/chat/completions", json=chat, headers=b.auth(key))
+        assert r.status_code == 404 and error_of(r)["code"] == "model_not_found"
+        assert (await b.client.get(f"/v1/models/{name}", headers=b.auth(key))).status_code == 404
