@@ -10,7 +10,7 @@ from functools import partial
 import trio
 
 from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
-from actors.upstream import UpstreamClient, UpstreamError
+from actors.upstream import UpstreamBadResponse, UpstreamClient, UpstreamError
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
 from gateway.inference.admission import admit_model, reserve
@@ -25,6 +25,7 @@ from protocol import anthropic
 from protocol.openai_chat import (
     ChatRequest,
     ChunkRelay,
+    UpstreamProtocolError,
     parse_chat_request,
     rewrite_model_in_object,
     rewrite_request,
@@ -114,11 +115,15 @@ class ChatCompletions:
             content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         except UpstreamError as exc:
             raise await upstream_failure(call, self._deps, exc) from None
-        if model.provider.kind == "anthropic":
-            out, usage = anthropic.from_messages_response(content, model=model.id)
-        else:
-            out, maybe_usage = rewrite_model_in_object(content, model.id)
-            usage = maybe_usage or Usage()
+        try:
+            if model.provider.kind == "anthropic":
+                out, usage = anthropic.from_messages_response(content, model=model.id)
+            else:
+                out, maybe_usage = rewrite_model_in_object(content, model.id)
+                usage = maybe_usage or Usage()
+        except UpstreamProtocolError as exc:  # valid HTTP, but not a chat completion
+            bad = UpstreamBadResponse(model.provider.name, str(exc))
+            raise await upstream_failure(call, self._deps, bad) from None
         call.charge(usage, price)
         return out
 

@@ -125,6 +125,10 @@ MALFORMED: dict[str, Reply] = {
     "CL +2": [H + b"Content-Length: +2\r\n\r\n{}"],
     "chunk 0x2": [H + b"Transfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n"],
     "1xx flood": [b"HTTP/1.1 100 Continue\r\n\r\n" * 100_000],
+    # Well framed, but not a chat completion:
+    "JSON array": [ok(b"[1, 2]")],
+    "not JSON": [ok(b"<html>")],
+    "nested 100,000 deep": [ok(b'{"choices":' + b"[" * 100_000 + b"]" * 100_000 + b"}")],
 }
 
 
@@ -136,6 +140,19 @@ async def test_a_malformed_answer_is_502(rig: Rig, case: str) -> None:
     assert r.status_code == 502, r.text
     error = error_of(r)
     assert error["type"] == "upstream_error" and error["code"] == "upstream_bad_response"
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'{"data":' + b"[" * 100_000 + b"]" * 100_000 + b"}"])
+async def test_an_embeddings_answer_that_is_not_an_object_is_502(rig: Rig, body: bytes) -> None:
+    rig.raw.play([ok(body)])
+    with trio.fail_after(10):
+        r = await rig.gateway.client.post(
+            "/v1/embeddings",
+            json={"model": "r", "input": "hi"},
+            headers=rig.gateway.auth(rig.keys[0]),
+        )
+    assert r.status_code == 502, r.text
+    assert error_of(r)["code"] == "upstream_bad_response"
 
 
 async def test_a_silent_upstream_is_504(rig: Rig) -> None:
