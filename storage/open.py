@@ -18,6 +18,7 @@ from storage.migrate import migrate
 from storage.orgs import OrgRepository
 from storage.postgres import open_postgres
 from storage.provider_keys import ProviderKeyRepository
+from storage.responses import ResponseRepository
 from storage.sqlite import open_sqlite
 from storage.webhooks import WebhookRepository
 
@@ -35,6 +36,7 @@ class Storage:
     webhooks: WebhookRepository
     keyring: KeyringRepository
     images: ImageRepository
+    responses: ResponseRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -50,6 +52,7 @@ class Storage:
             webhooks=WebhookRepository(db),
             keyring=KeyringRepository(db),
             images=ImageRepository(db),
+            responses=ResponseRepository(db),
         )
 
 

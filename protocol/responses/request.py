@@ -46,7 +46,9 @@ BUILT_IN_TOOLS = frozenset(
 _Text = Annotated[str, msgspec.Meta(max_length=4_000_000)]
 
 
-class _Body(msgspec.Struct):
+class RequestBody(msgspec.Struct):
+    """The create body (also its OpenAPI schema)."""
+
     model: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     input: str | Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_INPUT_ITEMS)]
     instructions: _Text | None = None
@@ -135,7 +137,7 @@ class ResponsesRequest:
 
 def parse_responses_request(body: bytes) -> ResponsesRequest:
     """The validated request; APIError 400 (with `param`) for the first bad field."""
-    raw = decode_json(body, _Body)
+    raw = decode_json(body, RequestBody)
     items = (
         [_message_item("user", [_InputText(raw.input)])]
         if isinstance(raw.input, str)

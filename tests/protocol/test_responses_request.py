@@ -131,8 +131,8 @@ def test_each_bad_field_is_a_400_naming_it(body: dict[str, Any], param: str) -> 
 
 
 @pytest.mark.parametrize(
-    "kind", ["web_search", "web_search_preview", "file_search", "code_interpreter",
-             "computer_use_preview"]
+    "kind",
+    ["web_search", "web_search_preview", "file_search", "code_interpreter", "computer_use_preview"],
 )
 def test_built_in_tools_are_refused_with_unsupported_tool(kind: str) -> None:
     fn = {"type": "function", "name": "f"}

@@ -49,7 +49,7 @@ def test_function_calls_and_outputs_become_tool_calls_and_tool_messages() -> Non
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "w?"}]},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
         {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
-        {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{\"a\":1}"},
+        {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": '{"a":1}'},
         {"type": "function_call_output", "call_id": "c2", "output": "rain"},
         *r.input,
     ]
@@ -60,10 +60,16 @@ def test_function_calls_and_outputs_become_tool_calls_and_tool_messages() -> Non
             "role": "assistant",
             "content": "x",
             "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{}"}},
-                {"id": "c2", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{\"a\":1}"}},
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{}"},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"a":1}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "c2", "content": "rain"},
@@ -78,9 +84,13 @@ def test_a_call_without_a_preceding_message_opens_its_own_assistant_message() ->
     r = request(input="x")
     context = [{"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}]
     assert chat_request(r, context, model="m")["messages"] == [
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c", "type": "function",
-                         "function": {"name": "f", "arguments": ""}}]}
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}
+            ],
+        }
     ]
 
 
