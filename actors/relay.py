@@ -5,8 +5,9 @@ bounded channel (the frames of one upstream read travel together).
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
-ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs. Cancelling the relay (the client left)
-stops it at once; the caller then closes the upstream response.
+ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
+Cancelling the relay (the client left) stops it at once; the caller then closes the upstream
+response.
 """
 
 from __future__ import annotations
