@@ -182,3 +182,16 @@ async def test_an_upstream_error_before_the_stream_is_a_json_error(rig: Rig) -> 
     assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_error"
     balance, rows = await ledger(rig)
     assert (balance, rows) == (CREDIT, [])
+
+
+@pytest.mark.parametrize("model", ["small", "haiku"])
+async def test_a_stream_broken_upstream_ends_failed_and_is_not_stored(rig: Rig, model: str) -> None:
+    rig.upstream.behavior.break_after_chunks = 2
+    r = await create(rig, {"model": model, "input": "x", "stream": True})
+    assert r.status_code == 200
+    evs = events(r.text)
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    final = evs[-1]
+    assert final["type"] == "response.failed" and final["response"]["status"] == "failed"
+    assert (await get(rig, f"/v1/responses/{final['response']['id']}")).status_code == 404
+    assert await rig.gateway.runtime.storage.responses.count() == 0
