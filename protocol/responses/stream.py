@@ -223,6 +223,7 @@ class ResponseStream:
         self._calls: dict[int, _Call] = {}
         self._items: list[_Message | _Call] = []  # by output_index
         self._final: ResponseObject | None = None
+        self._deltas = 0
 
     # --- FrameSource ---------------------------------------------------------------------------
 
@@ -283,6 +284,12 @@ class ResponseStream:
         out.append(DONE)
         self._ended = True
         return out
+
+    @property
+    def deltas(self) -> int:
+        """Text and argument fragments forwarded so far (for a usage estimate when the stream
+        ends without the upstream's usage)."""
+        return self._deltas
 
     @property
     def ended(self) -> bool:
@@ -354,6 +361,7 @@ class ResponseStream:
             empty: ContentPart = OutputText("") if kind == "output_text" else OutputRefusal("")
             out.append(self._part_event("response.content_part.added", message, part, empty))
         part.fragments.append(fragment)
+        self._deltas += 1
         out.append(
             part.delta_head
             + (b',"delta":' + _encode(fragment))
@@ -376,6 +384,7 @@ class ResponseStream:
             call.name = function.name
         if function is not None and function.arguments:
             call.arguments.append(function.arguments)
+            self._deltas += 1
             out.append(
                 call.delta_head
                 + (b',"delta":' + _encode(function.arguments))
