@@ -781,3 +781,15 @@ def test_anthropic_text_then_two_tool_uses() -> None:
     sdk = sdk_stream(body)
     assert sdk.final is not None and sdk.final.output_text == "Checking both."
     assert [getattr(i, "call_id", None) for i in sdk.final.output] == [None, "toolu_a", "toolu_b"]
+
+
+def test_the_clock_stamps_completed_at() -> None:
+    stream = ResponseStream(openai_inner(), skeleton(), clock=lambda: 1_700_000_009.7)
+    out: list[bytes] = []
+    for event in openai_upstream(completion_tokens=2):
+        out += stream.feed(event)
+    out += stream.finish()
+    assert check(b"".join(out))[-1]["response"]["completed_at"] == 1_700_000_009
+    assert stream.response.completed_at == 1_700_000_009
+    broken = ResponseStream(openai_inner(), skeleton(), clock=lambda: 5.0)
+    assert failed(b"".join(broken.finish()))["completed_at"] is None
