@@ -79,11 +79,16 @@ _INCOMPLETE: dict[str, IncompleteDetails] = {
 
 
 def response_from_chat(
-    chat: bytes, skeleton: ResponseObject, *, usage: Usage | None = None
+    chat: bytes,
+    skeleton: ResponseObject,
+    *,
+    usage: Usage | None = None,
+    completed_at: int | None = None,
 ) -> ResponseObject:
     """`skeleton` completed with the answer in `chat`: output items, usage, status.
 
-    `usage`, when given (what the caller billed), wins over the body's `usage`. Raises
+    `usage`, when given (what the caller billed), wins over the body's `usage`;
+    `completed_at` (Unix seconds) is set on a completed response. Raises
     `UpstreamShapeError` when `chat` is not a chat completion with at least one choice.
     """
     try:
@@ -128,6 +133,7 @@ def response_from_chat(
     return msgspec.structs.replace(
         skeleton,
         status="completed" if incomplete is None else "incomplete",
+        completed_at=completed_at if incomplete is None else None,
         incomplete_details=incomplete,
         error=None,
         output=items,

@@ -27,6 +27,7 @@ fragments are kept in lists and joined once, when their item closes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -209,8 +210,16 @@ class ResponseStream:
     module docstring. `usage` is the inner source's (what the caller bills); after the stream
     ends, `response` is the final response object (to store)."""
 
-    def __init__(self, inner: ChatFrames, skeleton: ResponseObject) -> None:
+    def __init__(
+        self,
+        inner: ChatFrames,
+        skeleton: ResponseObject,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """`clock` (Unix seconds), when given, stamps `completed_at` on a completed response."""
         self._inner = inner
+        self._clock = clock
         self._skeleton = msgspec.structs.replace(
             skeleton, status="in_progress", output=[], usage=None, error=None
         )
@@ -223,6 +232,7 @@ class ResponseStream:
         self._calls: dict[int, _Call] = {}
         self._items: list[_Message | _Call] = []  # by output_index
         self._final: ResponseObject | None = None
+        self._deltas = 0
 
     # --- FrameSource ---------------------------------------------------------------------------
 
@@ -262,6 +272,8 @@ class ResponseStream:
         incomplete = _INCOMPLETE.get(self._finish_reason)
         status: ResponseStatus = "completed" if incomplete is None else "incomplete"
         self._final = self._snapshot(status, incomplete_details=incomplete)
+        if incomplete is None and self._clock is not None:
+            self._final.completed_at = int(self._clock())
         kind = "response.completed" if incomplete is None else "response.incomplete"
         out.append(self._lifecycle(kind, self._final))
         out.append(DONE)
@@ -283,6 +295,12 @@ class ResponseStream:
         out.append(DONE)
         self._ended = True
         return out
+
+    @property
+    def deltas(self) -> int:
+        """Text and argument fragments forwarded so far (for a usage estimate when the stream
+        ends without the upstream's usage)."""
+        return self._deltas
 
     @property
     def ended(self) -> bool:
@@ -354,6 +372,7 @@ class ResponseStream:
             empty: ContentPart = OutputText("") if kind == "output_text" else OutputRefusal("")
             out.append(self._part_event("response.content_part.added", message, part, empty))
         part.fragments.append(fragment)
+        self._deltas += 1
         out.append(
             part.delta_head
             + (b',"delta":' + _encode(fragment))
@@ -376,6 +395,7 @@ class ResponseStream:
             call.name = function.name
         if function is not None and function.arguments:
             call.arguments.append(function.arguments)
+            self._deltas += 1
             out.append(
                 call.delta_head
                 + (b',"delta":' + _encode(function.arguments))

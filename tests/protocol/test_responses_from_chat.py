@@ -303,3 +303,13 @@ def test_anthropic_max_tokens_is_incomplete() -> None:
     assert out.incomplete_details.reason == "max_output_tokens"
     message = sdk(out).output[0]
     assert isinstance(message, ResponseOutputMessage) and message.status == "incomplete"
+
+
+def test_completed_at_is_stamped_on_completed_responses_only() -> None:
+    done = response_from_chat(completion({"content": "x"}), skeleton(), completed_at=1_700_000_005)
+    assert done.completed_at == 1_700_000_005 and sdk(done).completed_at == 1_700_000_005
+    cut = response_from_chat(
+        completion({"content": "x"}, "length"), skeleton(), completed_at=1_700_000_005
+    )
+    assert cut.completed_at is None
+    assert response_from_chat(completion({"content": "x"}), skeleton()).completed_at is None

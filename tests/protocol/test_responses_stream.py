@@ -716,3 +716,80 @@ def test_unknown_anthropic_events_are_skipped() -> None:
     stream, body = run(anthropic_inner(), upstream)
     assert check(body)[-1]["type"] == "response.completed"
     assert stream.response.output_text == "tok0 tok1 tok2 "
+
+
+def anthropic_event(payload: dict[str, Any]) -> SSEEvent:
+    return SSEEvent(payload["type"], json.dumps(payload))
+
+
+def test_anthropic_text_then_two_tool_uses() -> None:
+    def block_delta(index: int, **delta: str) -> SSEEvent:
+        return anthropic_event({"type": "content_block_delta", "index": index, "delta": delta})
+
+    def tool(index: int, tool_id: str, name: str) -> SSEEvent:
+        block = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
+        return anthropic_event(
+            {"type": "content_block_start", "index": index, "content_block": block}
+        )
+
+    usage = {"input_tokens": 12, "output_tokens": 1}
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": usage}
+    upstream = [
+        anthropic_event({"type": "message_start", "message": message}),
+        anthropic_event(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+        block_delta(0, type="text_delta", text="Checking "),
+        block_delta(0, type="text_delta", text="both."),
+        anthropic_event({"type": "content_block_stop", "index": 0}),
+        tool(1, "toolu_a", "weather"),
+        block_delta(1, type="input_json_delta", partial_json='{"city":'),
+        block_delta(1, type="input_json_delta", partial_json=' "Paris"}'),
+        anthropic_event({"type": "content_block_stop", "index": 1}),
+        tool(2, "toolu_b", "time"),
+        block_delta(2, type="input_json_delta", partial_json="{}"),
+        anthropic_event({"type": "content_block_stop", "index": 2}),
+        anthropic_event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 30},
+            }
+        ),
+        anthropic_event({"type": "message_stop"}),
+    ]
+    stream, body = run(anthropic_inner(), upstream)
+    events = check(body)
+    assert events[-1]["type"] == "response.completed"
+    assert stream.deltas == 5
+    message_item, first, second = stream.response.output
+    assert isinstance(message_item, OutputMessage)
+    assert message_item.content == [OutputText("Checking both.")]
+    assert isinstance(first, FunctionCallItem) and isinstance(second, FunctionCallItem)
+    assert (first.call_id, first.name, first.arguments) == (
+        "toolu_a",
+        "weather",
+        '{"city": "Paris"}',
+    )
+    assert (second.call_id, second.name, second.arguments) == ("toolu_b", "time", "{}")
+    assert stream.response.usage is not None
+    assert (stream.response.usage.input_tokens, stream.response.usage.output_tokens) == (12, 30)
+    sdk = sdk_stream(body)
+    assert sdk.final is not None and sdk.final.output_text == "Checking both."
+    assert [getattr(i, "call_id", None) for i in sdk.final.output] == [None, "toolu_a", "toolu_b"]
+
+
+def test_the_clock_stamps_completed_at() -> None:
+    stream = ResponseStream(openai_inner(), skeleton(), clock=lambda: 1_700_000_009.7)
+    out: list[bytes] = []
+    for event in openai_upstream(completion_tokens=2):
+        out += stream.feed(event)
+    out += stream.finish()
+    assert check(b"".join(out))[-1]["response"]["completed_at"] == 1_700_000_009
+    assert stream.response.completed_at == 1_700_000_009
+    broken = ResponseStream(openai_inner(), skeleton(), clock=lambda: 5.0)
+    assert failed(b"".join(broken.finish()))["completed_at"] is None
