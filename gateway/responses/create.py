@@ -134,7 +134,9 @@ class CreateResponse:
             chat, maybe_usage = rewrite_model_in_object(content, model.id)
             usage = maybe_usage or Usage()
         try:
-            response = response_from_chat(chat, skeleton)
+            response = response_from_chat(
+                chat, skeleton, usage=usage, completed_at=self._deps.store.clock() // 1_000_000
+            )
         except ValueError:
             raise bad_upstream_answer(model.provider.name) from None
         # Charged once translated: the upstream did the work whatever happens next.
@@ -161,7 +163,8 @@ class CreateResponse:
             inner = anthropic.StreamTranslator(model=model.id, include_usage=True)
         else:
             inner = OpenAIFrames(ChunkRelay(model=model.id, include_usage=True))
-        frames = ResponseStream(inner, skeleton)
+        clock = self._deps.store.clock
+        frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
         failure: UpstreamError | None = None
@@ -203,7 +206,7 @@ class CreateResponse:
             # sent it, otherwise an estimate (the client left, or the stream broke).
             usage = frames.usage or Usage(
                 prompt_tokens=estimate_tokens(len(upstream_body)),
-                completion_tokens=max(0, pump.frames_sent - 4),  # less the opening events
+                completion_tokens=frames.deltas,
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:

@@ -64,6 +64,7 @@ async def test_create_then_retrieve_the_same_response(rig: Rig, model: str) -> N
     assert body["id"].startswith("resp_") and body["object"] == "response"
     assert body["status"] == "completed" and body["metadata"] == {"k": "v"}
     assert isinstance(body["created_at"], int)
+    assert body["completed_at"] >= body["created_at"]
     message = body["output"][0]
     assert message["type"] == "message" and message["role"] == "assistant"
     assert message["content"][0]["type"] == "output_text"
