@@ -30,7 +30,7 @@ from gateway.responses.deps import ResponsesDeps
 from gateway.web.request import Request
 from protocol import anthropic
 from protocol.errors import APIError, invalid_request
-from protocol.openai_chat import ChunkRelay, rewrite_model_in_object
+from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, rewrite_model_in_object
 from protocol.pricing import estimate_tokens
 from protocol.responses.from_chat import response_from_chat
 from protocol.responses.objects import ResponseObject, encode_response, new_response_id
@@ -128,16 +128,17 @@ class CreateResponse:
             content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         except UpstreamError as exc:
             raise await upstream_failure(call, self._deps.inference, exc) from None
-        if model.provider.kind == "anthropic":
-            chat, usage = anthropic.from_messages_response(content, model=model.id)
-        else:
-            chat, maybe_usage = rewrite_model_in_object(content, model.id)
-            usage = maybe_usage or Usage()
         try:
+            if model.provider.kind == "anthropic":
+                chat, usage = anthropic.from_messages_response(content, model=model.id)
+            else:
+                chat, maybe_usage = rewrite_model_in_object(content, model.id)
+                usage = maybe_usage or Usage()
             response = response_from_chat(
                 chat, skeleton, usage=usage, completed_at=self._deps.store.clock() // 1_000_000
             )
-        except ValueError:
+        except (UpstreamProtocolError, ValueError, RecursionError):
+            # Not a chat completion (a JSON array, a body nested thousands deep, ...).
             raise bad_upstream_answer(model.provider.name) from None
         # Charged once translated: the upstream did the work whatever happens next.
         call.charge(usage, price)

@@ -194,6 +194,16 @@ async def test_store_false_is_answered_but_neither_retrievable_nor_continuable(r
     assert await rig.gateway.runtime.storage.responses.count() == 0
 
 
+async def test_the_conversation_is_encrypted_at_rest(rig: Rig) -> None:
+    secret = "my-unmistakable-secret-phrase"
+    r = await create(rig, {"model": "small", "input": secret, "instructions": secret})
+    rows = await rig.gateway.runtime.storage.db.fetch("SELECT * FROM responses", {})
+    assert len(rows) == 1 and rows[0]["id"] == r.json()["id"]
+    dumped = str(rows[0])
+    assert secret not in dumped and "tok0" not in dumped
+    assert rows[0]["data_key_sealed"].startswith("v1:")
+
+
 async def test_delete_clears_it(rig: Rig) -> None:
     rid = (await create(rig, {"model": "small", "input": "x"})).json()["id"]
     r = await delete(rig, rid)
