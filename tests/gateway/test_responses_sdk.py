@@ -52,7 +52,10 @@ async def test_create_retrieve_input_items_delete(rig: Rig, model: str) -> None:
             client.responses.create(model=model, input="x", previous_response_id=second.id)
         assert caught.value.code == "previous_response_not_found"
 
-    await in_thread(run)
+    try:
+        await in_thread(run)
+    finally:
+        client.close()  # its pooled connections, not left to the garbage collector
 
 
 @pytest.mark.parametrize("model", ["small", "haiku"])
@@ -68,7 +71,10 @@ async def test_the_stream_helper_assembles_the_final_response(rig: Rig, model: s
         assert final.output_text == "tok0 tok1 tok2 tok3 tok4 "
         assert client.responses.retrieve(final.id).output_text == final.output_text
 
-    await in_thread(run)
+    try:
+        await in_thread(run)
+    finally:
+        client.close()  # its pooled connections, not left to the garbage collector
 
 
 async def test_the_stream_helper_with_a_tool_call(rig: Rig) -> None:
@@ -87,4 +93,7 @@ async def test_the_stream_helper_with_a_tool_call(rig: Rig) -> None:
         call = final.output[-1]
         assert call.type == "function_call" and call.name == TOOL_NAME
 
-    await in_thread(run)
+    try:
+        await in_thread(run)
+    finally:
+        client.close()  # its pooled connections, not left to the garbage collector
