@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import msgspec
 import trio
 
 from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
@@ -33,11 +34,18 @@ from protocol.errors import APIError, invalid_request
 from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, rewrite_model_in_object
 from protocol.pricing import estimate_tokens
 from protocol.responses.from_chat import response_from_chat
+from protocol.responses.native import NativeStream, native_request, native_response
 from protocol.responses.objects import ResponseObject, encode_response, new_response_id
-from protocol.responses.request import ResponsesRequest, parse_responses_request
+from protocol.responses.request import (
+    ResponsesRequest,
+    parse_responses_request,
+    refuse_builtin_tools,
+)
 from protocol.responses.stream import ResponseStream
 from protocol.responses.to_chat import encode_chat_request
 from protocol.usage import Usage
+
+encode_json = msgspec.json.encode
 
 CAPABILITY = "responses"
 MAX_CONTEXT_BYTES = 32 * 1024 * 1024  # the chat request a chain may grow to
@@ -62,9 +70,15 @@ class CreateResponse:
         request = parse_responses_request(await http.body())
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability=CAPABILITY)
+        native = is_native(model)
+        if not native:
+            refuse_builtin_tools(request)
         org_id = call.principal.org_id
         context = await build_context(self._deps.store, org_id, request)
-        chat = encode_chat_request(request, context, model=model.upstream)
+        if native:
+            chat = native_request(request, context, model=model.upstream)
+        else:
+            chat = encode_chat_request(request, context, model=model.upstream)
         if len(chat) > MAX_CONTEXT_BYTES:
             raise invalid_request(
                 "The conversation has grown past what one request may carry; start a new one.",
@@ -73,7 +87,9 @@ class CreateResponse:
             )
         created_us = self._deps.store.clock()
         skeleton = _skeleton(request, model.id, created_us)
-        if model.provider.kind == "anthropic":
+        if native:
+            path, upstream_body = "responses", chat
+        elif model.provider.kind == "anthropic":
             path = "messages"
             upstream_body = anthropic.to_messages_request(
                 chat, upstream_model=model.upstream, stream=request.stream
@@ -112,7 +128,8 @@ class CreateResponse:
             return
         if request.store:
             await self._deps.store.save(org_id, final, input=context, created_us=created_us)
-        await call.answer_json(encode_response(final))
+        answer = encode_response(final) if isinstance(final, ResponseObject) else encode_json(final)
+        await call.answer_json(answer)
 
     async def _json(
         self,
@@ -123,22 +140,27 @@ class CreateResponse:
         model: ResolvedModel,
         price: ModelConfig | None,
         skeleton: ResponseObject,
-    ) -> ResponseObject:
+    ) -> ResponseObject | dict[str, Any]:
         try:
             content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         except UpstreamError as exc:
             raise await upstream_failure(call, self._deps.inference, exc) from None
+        completed_at = self._deps.store.clock() // 1_000_000
+        response: ResponseObject | dict[str, Any]
         try:
-            if model.provider.kind == "anthropic":
-                chat, usage = anthropic.from_messages_response(content, model=model.id)
+            if is_native(model):
+                response, usage = native_response(content, skeleton, completed_at=completed_at)
             else:
-                chat, maybe_usage = rewrite_model_in_object(content, model.id)
-                usage = maybe_usage or Usage()
-            response = response_from_chat(
-                chat, skeleton, usage=usage, completed_at=self._deps.store.clock() // 1_000_000
-            )
+                if model.provider.kind == "anthropic":
+                    chat, usage = anthropic.from_messages_response(content, model=model.id)
+                else:
+                    chat, maybe_usage = rewrite_model_in_object(content, model.id)
+                    usage = maybe_usage or Usage()
+                response = response_from_chat(
+                    chat, skeleton, usage=usage, completed_at=completed_at
+                )
         except (UpstreamProtocolError, ValueError, RecursionError):
-            # Not a chat completion (a JSON array, a body nested thousands deep, ...).
+            # Not a chat completion or response (a JSON array, nesting thousands deep, ...).
             raise bad_upstream_answer(model.provider.name) from None
         # Charged once translated: the upstream did the work whatever happens next.
         call.charge(usage, price)
@@ -153,19 +175,23 @@ class CreateResponse:
         model: ResolvedModel,
         price: ModelConfig | None,
         skeleton: ResponseObject,
-        save: Callable[[ResponseObject], Awaitable[None]] | None,
+        save: Callable[[ResponseObject | dict[str, Any]], Awaitable[None]] | None,
     ) -> None:
         """Relay the stream; with `save`, the completed response is stored before its last
         frames (`response.completed`, `[DONE]`) leave, so a client that saw them can
         retrieve or continue it at once."""
         deps = self._deps.inference
-        inner: FrameSource
-        if model.provider.kind == "anthropic":
-            inner = anthropic.StreamTranslator(model=model.id, include_usage=True)
-        else:
-            inner = OpenAIFrames(ChunkRelay(model=model.id, include_usage=True))
         clock = self._deps.store.clock
-        frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
+        frames: ResponseStream | NativeStream
+        if is_native(model):
+            frames = NativeStream(skeleton, clock=lambda: clock() / 1_000_000)
+        else:
+            inner: FrameSource
+            if model.provider.kind == "anthropic":
+                inner = anthropic.StreamTranslator(model=model.id, include_usage=True)
+            else:
+                inner = OpenAIFrames(ChunkRelay(model=model.id, include_usage=True))
+            frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
         failure: UpstreamError | None = None
@@ -174,7 +200,8 @@ class CreateResponse:
             final = frames.response
             # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens).
             if save is not None and frames.finished and final is not None:
-                if final.status in ("completed", "incomplete"):
+                status = final["status"] if isinstance(final, dict) else final.status
+                if status in ("completed", "incomplete"):
                     await save(final)
 
         try:
@@ -230,6 +257,13 @@ async def _hold_last(
         await before_last()
         if held is not None:
             await sink.send(held)
+
+
+def is_native(model: ResolvedModel) -> bool:
+    """The provider speaks Responses itself (`supports` lists `responses`; never the
+    anthropic kind, whose API is Messages)."""
+    supports = model.provider.supports
+    return model.provider.kind != "anthropic" and supports is not None and "responses" in supports
 
 
 def _skeleton(request: ResponsesRequest, model_id: str, created_us: int) -> ResponseObject:

@@ -15,7 +15,6 @@ import msgspec
 from gateway.responses.store import ResponseStore, StoredResponse
 from gateway.web import Request, Response, json_response
 from protocol.errors import APIError, invalid_request, not_found
-from protocol.responses.objects import encode_response
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 
@@ -56,7 +55,7 @@ class ReadResponses:
 
     async def retrieve(self, request: Request) -> Response:
         stored = await self._owned(request)
-        return Response(encode_response(stored.response))
+        return Response(stored.body)
 
     async def input_items(self, request: Request) -> Response:
         limit = request.query_int("limit", DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)

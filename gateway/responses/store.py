@@ -20,7 +20,7 @@ import msgspec
 
 from protocol.blobcrypt import new_data_key
 from protocol.errors import server_error
-from protocol.responses.objects import ResponseObject, decode_response
+from protocol.responses.objects import ResponseObject
 from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key, wrap_data_key
 from storage.responses import ResponseRecord, ResponseRepository
 
@@ -37,18 +37,23 @@ class _Content(msgspec.Struct):
     input: list[dict[str, Any]]
 
 
+class _Output(msgspec.Struct):
+    output: list[dict[str, Any]]
+
+
 _decode_content = msgspec.json.Decoder(_Content).decode
+_decode_output = msgspec.json.Decoder(_Output).decode
 
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    response: ResponseObject
+    body: bytes  # the response object's JSON, as the create answered it
+    output: list[dict[str, Any]]  # its output items
     input: list[dict[str, Any]]  # the context the model saw: the chain, then its own input
 
     def context(self) -> list[dict[str, Any]]:
         """What a continuation prepends: this response's input, then its output."""
-        output: list[dict[str, Any]] = msgspec.to_builtins(self.response.output)
-        return [*self.input, *output]
+        return [*self.input, *self.output]
 
 
 class ResponseStore:
@@ -60,20 +65,25 @@ class ResponseStore:
     async def save(
         self,
         org_id: str,
-        response: ResponseObject,
+        response: ResponseObject | dict[str, Any],
         input: list[dict[str, Any]],
         *,
         created_us: int,
     ) -> None:
         """Committed when this returns: readable on every instance at once."""
-        context = (org_id, response.id)
+        response_id, model = (
+            (response.id, response.model)
+            if isinstance(response, ResponseObject)
+            else (str(response["id"]), str(response["model"]))
+        )
+        context = (org_id, response_id)
         data_key = new_data_key()
         plaintext = msgspec.json.encode({"response": response, "input": input}).decode()
         await self._repo.insert(
             ResponseRecord(
-                id=response.id,
+                id=response_id,
                 org_id=org_id,
-                model=response.model,
+                model=model,
                 data_key_sealed=wrap_data_key(self._box, data_key, context),
                 content_encrypted=SecretBox(data_key, RESPONSE_CONTENT).seal(plaintext, context),
                 created_at=created_us,
@@ -92,7 +102,8 @@ class ResponseStore:
             data_key = unwrap_data_key(self._box, record.data_key_sealed, context)
             text = SecretBox(data_key, RESPONSE_CONTENT).open(record.content_encrypted, context)
             content = _decode_content(text)
-            return StoredResponse(decode_response(content.response), content.input)
+            body = bytes(content.response)
+            return StoredResponse(body, _decode_output(body).output, content.input)
         except (SecretBoxError, ValueError):
             log.exception("stored response %s does not open", record.id)
             raise server_error("The stored response could not be read.") from None

@@ -10,8 +10,9 @@ stores and lists (`input_items`) — every item gets an id when it has none:
     function_call         {id, type, call_id, name, arguments, status}
     function_call_output  {id, type, call_id, output, status}
 
-Anything else is refused (400 `unknown_item_type`). Built-in tools are refused here too
-(400 `unsupported_tool`): the translated path cannot run them (docs/responses.md, "Tools").
+Anything else is refused (400 `unknown_item_type`). Built-in tools are parsed and kept
+(`builtin_tools`): a provider that speaks Responses natively runs them, the translated path
+refuses them (`refuse_builtin_tools`, 400 `unsupported_tool`; docs/responses.md, "Tools").
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from protocol.decoding import decode_json
-from protocol.errors import APIError, invalid_request
+from protocol.errors import invalid_request
 from protocol.ids import new_id
 
 MAX_INPUT_ITEMS = 1000
@@ -130,9 +131,23 @@ class ResponsesRequest:
     store: bool
     metadata: dict[str, str]
     stream: bool
-    # As the client sent them, for the response object (`tools`, `tool_choice`).
+    # As the client sent them, for the response object (`tools`, `tool_choice`) and for a
+    # provider that speaks Responses natively.
     response_tools: list[dict[str, Any]]
     response_tool_choice: str | dict[str, Any]
+    builtin_tools: list[tuple[str, str]]  # (param, type) of each built-in tool asked for
+
+
+def refuse_builtin_tools(request: ResponsesRequest) -> None:
+    """The translated path: 400 `unsupported_tool` naming the first built-in tool."""
+    if request.builtin_tools:
+        param, kind = request.builtin_tools[0]
+        raise invalid_request(
+            f"The built-in tool {kind!r} is not served for this model: its provider is reached"
+            " by translating to chat completions, where only `function` tools exist.",
+            param=param,
+            code="unsupported_tool",
+        )
 
 
 def parse_responses_request(body: bytes) -> ResponsesRequest:
@@ -145,9 +160,10 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
     )
     if not items:
         raise invalid_request("`input` must hold at least one item.", param="input")
-    tools, response_tools = _tools(raw.tools or [])
+    builtins: list[tuple[str, str]] = []
+    tools, response_tools = _tools(raw.tools or [], builtins)
     names = {t["function"]["name"] for t in tools}
-    tool_choice, response_choice = _tool_choice(raw.tool_choice, names)
+    tool_choice, response_choice = _tool_choice(raw.tool_choice, names, builtins)
     return ResponsesRequest(
         model=raw.model,
         input=items,
@@ -164,6 +180,7 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
         stream=bool(raw.stream),
         response_tools=response_tools,
         response_tool_choice=response_choice,
+        builtin_tools=builtins,
     )
 
 
@@ -254,17 +271,8 @@ def _message_item(
     return item
 
 
-def _unsupported_tool(kind: str, param: str) -> APIError:
-    return invalid_request(
-        f"The built-in tool {kind!r} is not served by this gateway: it answers Responses by"
-        " translating to chat completions, where only `function` tools exist.",
-        param=param,
-        code="unsupported_tool",
-    )
-
-
 def _tools(
-    raw: list[dict[str, Any]],
+    raw: list[dict[str, Any]], builtins: list[tuple[str, str]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     chat: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []
@@ -272,7 +280,9 @@ def _tools(
     for i, tool in enumerate(raw):
         kind = tool.get("type")
         if kind in BUILT_IN_TOOLS:
-            raise _unsupported_tool(str(kind), f"tools[{i}].type")
+            builtins.append((f"tools[{i}].type", str(kind)))
+            shown.append(tool)  # the provider that runs it validates the rest
+            continue
         if kind != "function":
             raise invalid_request(
                 f"Tool type {str(kind)[:64]!r} is not supported.",
@@ -310,7 +320,7 @@ def _tools(
 
 
 def _tool_choice(
-    raw: str | dict[str, Any] | None, names: set[str]
+    raw: str | dict[str, Any] | None, names: set[str], builtins: list[tuple[str, str]]
 ) -> tuple[str | dict[str, Any] | None, str | dict[str, Any]]:
     """The chat-completions `tool_choice` (None: leave the provider's default) and the
     response object's."""
@@ -321,14 +331,15 @@ def _tool_choice(
             raise invalid_request(
                 "`tool_choice` is auto, none, required or a function.", param="tool_choice"
             )
-        if raw == "required" and not names:
+        if raw == "required" and not names and not builtins:
             raise invalid_request(
-                "`tool_choice` required needs at least one function tool.", param="tool_choice"
+                "`tool_choice` required needs at least one tool.", param="tool_choice"
             )
         return raw, raw
     kind = raw.get("type")
     if kind in BUILT_IN_TOOLS:
-        raise _unsupported_tool(str(kind), "tool_choice.type")
+        builtins.append(("tool_choice.type", str(kind)))
+        return None, raw
     name = raw.get("name")
     if kind != "function" or not isinstance(name, str):
         raise invalid_request(

@@ -15,7 +15,12 @@ from gateway.keyring import unlock
 from gateway.keyring.rotate import rotate_master_key
 from gateway.responses.store import ResponseStore
 from protocol.errors import APIError
-from protocol.responses.objects import OutputMessage, OutputText, ResponseObject
+from protocol.responses.objects import (
+    OutputMessage,
+    OutputText,
+    ResponseObject,
+    decode_response,
+)
 from protocol.secretbox import FILE_KEYS, SecretBox
 from storage import Storage
 
@@ -51,7 +56,7 @@ async def test_round_trip_encrypted_at_rest_and_per_organization(storage: Storag
     await s.save(acme, response(), INPUT, created_us=clock.now_us())
     stored = await s.load(acme, "resp_1")
     assert stored is not None
-    assert stored.response == response() and stored.input == INPUT
+    assert decode_response(stored.body) == response() and stored.input == INPUT
     assert [i["id"] for i in stored.context()] == ["msg_in", "msg_out"]
     assert await s.load(other, "resp_1") is None
     rows = await storage.db.fetch("SELECT * FROM responses", {})
@@ -76,7 +81,7 @@ async def test_a_master_key_rotation_reseals_stored_responses(storage: Storage) 
     report = await rotate_master_key(storage.keyring, OLD, NEW)
     assert report.resealed["responses"] == 1 and not report.unreadable
     stored = await store(storage, NEW, clock).load(acme, "resp_1")
-    assert stored is not None and stored.response.output_text == SECRET
+    assert stored is not None and decode_response(stored.body).output_text == SECRET
     with pytest.raises(APIError):
         await store(storage, OLD, clock).load(acme, "resp_1")
 

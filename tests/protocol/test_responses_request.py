@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from protocol.errors import APIError
-from protocol.responses.request import parse_responses_request
+from protocol.responses.request import parse_responses_request, refuse_builtin_tools
 
 
 def parse(**body: Any) -> Any:
@@ -134,11 +134,21 @@ def test_each_bad_field_is_a_400_naming_it(body: dict[str, Any], param: str) -> 
     "kind",
     ["web_search", "web_search_preview", "file_search", "code_interpreter", "computer_use_preview"],
 )
-def test_built_in_tools_are_refused_with_unsupported_tool(kind: str) -> None:
+def test_built_in_tools_are_kept_for_native_providers_and_refused_when_translated(
+    kind: str,
+) -> None:
     fn = {"type": "function", "name": "f"}
-    error = refused({"model": "m", "input": "x", "tools": [fn, {"type": kind}]})
-    assert (error.code, error.param) == ("unsupported_tool", "tools[1].type")
+    r = parse(input="x", tools=[fn, {"type": kind, "x": 1}], tool_choice="required")
+    assert r.builtin_tools == [("tools[1].type", kind)]
+    assert r.response_tools[1] == {"type": kind, "x": 1} and len(r.tools) == 1
+    with pytest.raises(APIError) as caught:
+        refuse_builtin_tools(r)
+    error = caught.value
+    assert (error.status, error.code, error.param) == (400, "unsupported_tool", "tools[1].type")
     assert kind in error.message
+    choice = parse(input="x", tools=[{"type": kind}], tool_choice={"type": kind})
+    assert choice.builtin_tools[-1] == ("tool_choice.type", kind) and choice.tool_choice is None
+    refuse_builtin_tools(parse(input="x", tools=[fn]))  # functions only: nothing to refuse
 
 
 def test_function_tools_become_chat_tools() -> None:
