@@ -79,6 +79,8 @@ def from_messages_response(body: bytes, *, model: str) -> tuple[bytes, Usage]:
     """A `chat.completion` body and its usage for an Anthropic message body."""
     try:
         message = msgspec.json.decode(body, type=_MessageResponse)
+    except RecursionError:
+        raise UpstreamProtocolError("upstream message is nested too deeply") from None
     except msgspec.DecodeError as exc:
         raise UpstreamProtocolError(f"upstream message is malformed: {exc}") from None
     text: list[str] = []
@@ -90,7 +92,10 @@ def from_messages_response(body: bytes, *, model: str) -> tuple[bytes, Usage]:
         elif block.type == "thinking":
             thinking.append(block.thinking)
         elif block.type == "tool_use":
-            arguments = bytes(block.input).decode() if len(block.input) else "{}"
+            try:  # msgspec leaves a Raw value's bytes unchecked
+                arguments = bytes(block.input).decode() if len(block.input) else "{}"
+            except UnicodeDecodeError:
+                raise UpstreamProtocolError("upstream tool input is not UTF-8") from None
             function = {"name": block.name, "arguments": arguments}
             tool_calls.append({"id": block.id, "type": "function", "function": function})
     reply: dict[str, Any] = {
@@ -248,7 +253,7 @@ class StreamTranslator:
             parsed = _decode_event(event.data)
         except msgspec.ValidationError as exc:
             return self._unknown(event, exc)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested thousands deep
             raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
         if isinstance(parsed, _BlockDelta):
             delta = parsed.delta
@@ -326,7 +331,7 @@ class StreamTranslator:
     def _unknown(self, event: SSEEvent, exc: msgspec.ValidationError) -> list[bytes]:
         try:
             payload = _decode_any(event.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
         kind = payload.get("type") if isinstance(payload, dict) else None
         if kind in _KNOWN_EVENTS:

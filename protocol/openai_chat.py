@@ -105,13 +105,12 @@ def rewrite_model_in_object(body: bytes, model: str) -> tuple[bytes, Usage | Non
     replaced, and its `usage`. Raises `UpstreamProtocolError` when it is not a JSON object."""
     try:
         fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
-    except msgspec.DecodeError:  # ValidationError is a subclass
+        usage_raw = fields.get("usage")
+        usage_value = None if usage_raw is None else msgspec.json.decode(usage_raw)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         raise UpstreamProtocolError("upstream response is not a JSON object") from None
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
-    usage = None
-    usage_raw = fields.get("usage")
-    if usage_raw is not None:
-        usage = usage_from_object(msgspec.json.decode(usage_raw))
+    usage = None if usage_value is None else usage_from_object(usage_value)
     return msgspec.json.encode(fields), usage
 
 
@@ -193,7 +192,7 @@ class ChunkRelay:
             return []
         try:
             chunk = _decode_chunk(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # RecursionError: nested thousands deep
             raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
         if type(chunk) is not dict:
             raise UpstreamProtocolError("upstream sent a stream event that is not an object")

@@ -645,3 +645,33 @@ def test_upstream_error_message(body: bytes, message: str) -> None:
 def test_upstream_error_message_is_short() -> None:
     body = msgspec.json.encode({"error": {"message": "x" * 5000}})
     assert len(upstream_error_message(500, body)) <= 300
+
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"type":"content_block_delta","index":0,"delta":' + _DEEP + "}",
+        '{"type":"some_new_event","payload":' + _DEEP + "}",
+    ],
+)
+def test_a_stream_event_nested_thousands_deep_is_a_protocol_error(data: str) -> None:
+    translator = StreamTranslator(model=MODEL, include_usage=False)
+    with pytest.raises(UpstreamProtocolError):
+        translator.feed(SSEEvent(event="x", data=data))
+
+
+def test_a_message_nested_thousands_deep_or_not_utf8_is_a_protocol_error() -> None:
+    with pytest.raises(UpstreamProtocolError):
+        from_messages_response(
+            ('{"content":[{"type":"text","text":' + _DEEP + "}]}").encode(), model=MODEL
+        )
+    not_utf8 = (
+        b'{"id":"msg_1","type":"message","role":"assistant","model":"m","content":'
+        b'[{"type":"tool_use","id":"t","name":"n","input":{"a":"\xff"}}],'
+        b'"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}'
+    )
+    with pytest.raises(UpstreamProtocolError):
+        from_messages_response(not_utf8, model=MODEL)

@@ -353,3 +353,18 @@ def test_error_frame_is_byte_exact() -> None:
         b'data: {"error":{"message":"upstream went away","type":"upstream_error",'
         b'"param":null,"code":"upstream_disconnected"}}\n\n'
     )
+
+
+_DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("field", ["choices", "usage"])
+def test_an_upstream_object_nested_thousands_deep_is_a_protocol_error(field: str) -> None:
+    body = f'{{"model":"x","{field}":{_DEEP}}}'.encode()
+    with pytest.raises(UpstreamProtocolError):
+        rewrite_model_in_object(body, "m")
+
+
+def test_a_chunk_nested_thousands_deep_is_a_protocol_error() -> None:
+    with pytest.raises(UpstreamProtocolError):
+        ChunkRelay(model="m", include_usage=False).feed('{"choices":' + _DEEP + "}")
