@@ -5,14 +5,15 @@ bounded channel (the frames of one upstream read travel together).
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
-ends with an error frame and `[DONE]`; it never hangs. Cancelling the relay (the client left)
-stops it at once; the caller then closes the upstream response.
+ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
+Cancelling the relay (the client left) stops it at once; the caller then closes the upstream
+response.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import trio
 
@@ -38,6 +39,14 @@ class FrameSource(Protocol):
     def feed(self, event: SSEEvent) -> list[bytes]: ...
 
     def finish(self) -> list[bytes]: ...
+
+
+@runtime_checkable
+class FailingSource(Protocol):
+    """A FrameSource that ends a broken stream its own way (the Responses stream's
+    `response.failed`); other sources end it with the chat error frame and `[DONE]`."""
+
+    def fail(self, message: str, *, code: str) -> list[bytes]: ...
 
 
 class OpenAIFrames:
@@ -151,11 +160,17 @@ class StreamRelays(Actor):
         except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
             stats.broken += 1
             code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
-            closing = [*batch, error_frame(_describe(exc), code=code), DONE]
+            closing = [*batch, *_broken(frames, _describe(exc), code)]
         else:
             stats.completed += 1
         if closing:
             await out.send(b"".join(closing))
+
+
+def _broken(frames: FrameSource, message: str, code: str) -> list[bytes]:
+    if isinstance(frames, FailingSource):
+        return frames.fail(message, code=code)
+    return [error_frame(message, code=code), DONE]
 
 
 def _describe(exc: Exception) -> str:

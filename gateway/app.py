@@ -19,6 +19,8 @@ from gateway.keys import routes as keys
 from gateway.operations import routes as operations
 from gateway.provider_keys import routes as provider_keys
 from gateway.rerank import routes as rerank
+from gateway.responses import routes as responses
+from gateway.responses.deps import ResponsesDeps
 from gateway.runtime import Runtime
 from gateway.server.asgi import ASGIApp
 from gateway.web import BodyLimits, Operation, Routes, WebApp
@@ -66,6 +68,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
         files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
         images.routes(ImagesDeps(deps, runtime.images, runtime.config.public_base_url)),
+        responses.routes(ResponsesDeps(deps, runtime.responses)),
         webhooks.routes(
             runtime.storage,
             runtime.master_key,
@@ -81,6 +84,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         inference.COMPLETION_ROUTES
         | audio.COMPLETION_ROUTES
         | images.COMPLETION_ROUTES
+        | responses.COMPLETION_ROUTES
         | {rerank.RERANK_PATH},
         runtime.config.webhooks.completion_success_sample_rate,
     )

@@ -18,10 +18,12 @@ from actors.event_writer import EventWriter
 from actors.files_janitor import FilesJanitor
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
+from actors.responses_janitor import ResponsesJanitor
 from actors.shared_holds import open_shared_holds
 from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from actors.webhooks import WebhookDispatcher, WebhookSettings, open_webhooks
+from actors.webhooks.clock import WallClock
 from gateway.auth import Authenticator
 from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
@@ -32,6 +34,7 @@ from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
 from gateway.operations.metrics import Metrics
 from gateway.provider_keys.resolver import ProviderKeyResolver
+from gateway.responses.store import ResponseStore
 from protocol.credentials import CredentialHasher
 from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, SecretBox
 from storage.open import Storage, open_storage
@@ -58,6 +61,7 @@ class Runtime:
     files: FileStore  # uploaded files: rows, encrypted blobs (local or S3), the quota
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
     images: ImageStore  # generated images kept for their `url` (in the files' blob store)
+    responses: ResponseStore  # stored responses (the conversation of `previous_response_id`)
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -112,6 +116,11 @@ async def open_runtime(
             lifetime_us=config.images.url_lifetime_s * 1_000_000,
         )
         files_janitor = FilesJanitor(files.repo, files.blobs, images=storage.images)
+        # Wall time that moves with Trio's clock: a MockClock drives retention in tests.
+        responses = ResponseStore(
+            storage.responses, SecretBox.for_purpose(master_key, FILE_KEYS), WallClock().now_us
+        )
+        responses_janitor = ResponsesJanitor(storage.responses, responses.clock)
         for actor in (
             upstreams,
             relays,
@@ -121,6 +130,7 @@ async def open_runtime(
             webhooks,
             janitor,
             files_janitor,
+            responses_janitor,
         ):
             await supervisor.start(actor)
         metrics = Metrics()
@@ -150,6 +160,7 @@ async def open_runtime(
                 files,
                 master_key,
                 images,
+                responses,
             )
         finally:
             nursery.cancel_scope.cancel()

@@ -66,6 +66,9 @@ SEALED_COLUMNS = (
     SealedColumns("files", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
     # Generated images (storage/images.py): the same purpose as files, their own ids (img_).
     SealedColumns("images", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
+    # Stored responses (storage/responses.py): each row's data key, as files'; the content,
+    # encrypted under that key, is not touched by a rotation.
+    SealedColumns("responses", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
 )
 
 

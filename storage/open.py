@@ -19,6 +19,7 @@ from storage.migrate import migrate
 from storage.orgs import OrgRepository
 from storage.postgres import open_postgres
 from storage.provider_keys import ProviderKeyRepository
+from storage.responses import ResponseRepository
 from storage.sqlite import open_sqlite
 from storage.webhooks import WebhookRepository
 
@@ -36,6 +37,7 @@ class Storage:
     webhooks: WebhookRepository
     keyring: KeyringRepository
     images: ImageRepository
+    responses: ResponseRepository
     fine_tuned_models: FineTunedModelRepository
 
     @classmethod
@@ -52,6 +54,7 @@ class Storage:
             webhooks=WebhookRepository(db),
             keyring=KeyringRepository(db),
             images=ImageRepository(db),
+            responses=ResponseRepository(db),
             fine_tuned_models=FineTunedModelRepository(db),
         )
 

@@ -19,6 +19,7 @@ from bench.upstream import (
     image_routes,
     openai_routes,
     rerank_routes,
+    responses_routes,
 )
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
 from bench.upstream.fine_tuning import FineTuning
@@ -33,6 +34,7 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/embeddings": {"POST": openai_routes.embeddings},
     "/v1/models": {"GET": openai_routes.models},
     "/v1/messages": {"POST": anthropic_routes.messages},
+    "/v1/responses": {"POST": responses_routes.responses},
     rerank_routes.OPENAI_PATH: {"POST": rerank_routes.openai_rerank},
     rerank_routes.COHERE_PATH: {"POST": rerank_routes.cohere_rerank},
     rerank_routes.COHERE_MODELS_PATH: {"GET": rerank_routes.cohere_models},

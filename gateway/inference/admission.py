@@ -21,7 +21,7 @@ from protocol.errors import invalid_request
 # further. openai, ollama and vllm speak the OpenAI wire format (no entry: all). Cohere's own
 # format serves rerank (protocol/rerank/).
 _KIND_CAPABILITIES = {
-    "anthropic": frozenset({"chat"}),
+    "anthropic": frozenset({"chat", "responses"}),
     "cohere": frozenset({"rerank"}),
 }
 _DESCRIPTIONS = {
@@ -32,9 +32,15 @@ _DESCRIPTIONS = {
     "translation": "translations",
     "images": "images",
     "rerank": "rerank",
+    "responses": "responses",  # served by translating to chat (gateway/responses/)
 }
 # The `supports` name ([[providers]], CONTRACT) of each capability, where it differs.
-_SUPPORTS_NAME = {"speech": "audio", "transcription": "audio", "translation": "audio"}
+_SUPPORTS_NAME = {
+    "speech": "audio",
+    "transcription": "audio",
+    "translation": "audio",
+    "responses": "chat",
+}
 # The `[[models]]` price of the capabilities billed per unit rather than per token.
 UNIT_PRICE_FIELDS = {
     "speech": "usd_per_1k_chars",
@@ -72,7 +78,7 @@ async def admit_model(
     if call.own_key is None:
         field = UNIT_PRICE_FIELDS.get(capability)
         if field is None:
-            price = require_price(model, output=capability == "chat")
+            price = require_price(model, output=capability in ("chat", "responses"))
         else:
             price = require_unit_price(model, field)
     await call.admit(deps.limiter)

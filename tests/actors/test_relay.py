@@ -145,3 +145,28 @@ async def test_the_org_key_given_to_the_relay_is_used_for_the_upstream_stream() 
         async with receive:
             _ = [item async for item in receive]
     assert default.api_keys == [None] and byok.api_keys == ["sk-org-own"]
+
+
+async def test_a_source_with_its_own_failure_ends_a_broken_stream_its_way() -> None:
+    from actors.http1_pool import ConnectionBroken
+    from protocol.responses.objects import ResponseObject
+    from protocol.responses.stream import ResponseStream
+
+    scripts: list[list[bytes | Exception]] = [
+        [_frame(0), ConnectionBroken("reset")],  # the transport breaks
+        [_frame(0) + _frame(1)],  # the body ends before its finish
+    ]
+    for parts in scripts:
+        relays = StreamRelays()
+        frames = ResponseStream(_frames(), ResponseObject(id="resp_1", created_at=1, model="m"))
+        send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                relays.relay, FakeClient(ScriptedBody(parts)), "p", b"", frames, send
+            )
+            out = b"".join([item async for item in receive])
+        events = [f for f in out.split(b"\n\n") if f]
+        assert events[-1] == b"data: [DONE]" and out.count(b"[DONE]") == 1
+        assert events[-2].startswith(b"event: response.failed\n")
+        assert b'"error":{"message"' not in out  # no chat error frame
+        assert frames.response.status == "failed" and relays.statistics()["broken"] == 1

@@ -193,7 +193,13 @@ async def test_rotation_reseals_every_secret_and_keeps_the_pepper(storage: Stora
     before = await unlock(storage.keyring, OLD)  # the first start: the derived pepper
     assert before.pepper == derive_pepper(OLD)
     report = await rotate_master_key(storage.keyring, OLD, NEW, batch=2, clock=lambda: 7)
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 3, "images": 1}
+    assert report.resealed == {
+        "provider_keys": 1,
+        "webhooks": 2,
+        "files": 3,
+        "images": 1,
+        "responses": 0,
+    }
     assert not report.unreadable and not report.finished_earlier
     await _assert_under(storage, seeded, NEW, OLD)
     after = await unlock(storage.keyring, NEW)
@@ -225,7 +231,13 @@ async def test_interrupted_rotation_finishes_when_run_again(storage: Storage) ->
         await rotate_master_key(storage.keyring, OLD, THIRD)
     assert await _sealed_values(storage, seeded) == untouched
     report = await rotate_master_key(storage.keyring, OLD, NEW)
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 0, "images": 1}
+    assert report.resealed == {
+        "provider_keys": 1,
+        "webhooks": 2,
+        "files": 0,
+        "images": 1,
+        "responses": 0,
+    }
     await _assert_under(storage, seeded, NEW, OLD)
     assert (await unlock(storage.keyring, NEW)).pepper == derive_pepper(OLD)
     # And once more, finished: nothing left to do, nothing changes.
@@ -243,7 +255,13 @@ async def test_run_again_reseals_what_old_instances_wrote_after_the_rotation(
     unreadable = await _seed(storage, THIRD, files=0, images=0)  # under neither key
     report = await rotate_master_key(storage.keyring, OLD, NEW)
     assert report.finished_earlier
-    assert report.resealed == {"provider_keys": 1, "webhooks": 2, "files": 1, "images": 1}
+    assert report.resealed == {
+        "provider_keys": 1,
+        "webhooks": 2,
+        "files": 1,
+        "images": 1,
+        "responses": 0,
+    }
     await _assert_under(storage, late, NEW, OLD)
     pk = (await storage.provider_keys.list(unreadable.org_id))[0].id
     assert report.unreadable == {"provider_keys": [pk], "webhooks": [unreadable.webhook_id]}

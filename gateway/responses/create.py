@@ -1,0 +1,285 @@
+"""POST /v1/responses: a response from any chat provider (OpenAI-compatible or Anthropic), by
+translating to chat completions and back, JSON or SSE; stored (when `store` is true) before
+the answer is sent, so it is readable at once on every instance.
+
+The steps are chat's (gateway/inference/chat.py): admit the model (capability `responses`:
+usage rows read `Responses: <model>`), build the context from the stored chain, reserve,
+call the upstream, charge what it reports, answer. A stream is charged for what was relayed
+and stored only when it completed (a client that left gets nothing stored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import msgspec
+import trio
+
+from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
+from actors.upstream import UpstreamClient, UpstreamError
+from gateway.config import ModelConfig
+from gateway.inference.admission import admit_model, reserve
+from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
+from gateway.inference.call import Call
+from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
+from gateway.inference.upstream_errors import upstream_failure
+from gateway.responses.context import build_context
+from gateway.responses.deps import ResponsesDeps
+from gateway.web.request import Request
+from protocol import anthropic
+from protocol.errors import APIError, invalid_request
+from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, rewrite_model_in_object
+from protocol.pricing import estimate_tokens
+from protocol.responses.from_chat import response_from_chat
+from protocol.responses.native import NativeStream, native_request, native_response
+from protocol.responses.objects import ResponseObject, encode_response, new_response_id
+from protocol.responses.request import (
+    ResponsesRequest,
+    parse_responses_request,
+    refuse_builtin_tools,
+)
+from protocol.responses.stream import ResponseStream
+from protocol.responses.to_chat import encode_chat_request
+from protocol.usage import Usage
+
+encode_json = msgspec.json.encode
+
+CAPABILITY = "responses"
+MAX_CONTEXT_BYTES = 32 * 1024 * 1024  # the chat request a chain may grow to
+
+
+def bad_upstream_answer(provider: str) -> APIError:
+    return APIError(
+        502,
+        f"The upstream provider {provider!r} sent an answer that is not a chat completion.",
+        type="upstream_error",
+        code="upstream_bad_response",
+    )
+
+
+class CreateResponse:
+    def __init__(self, deps: ResponsesDeps) -> None:
+        self._deps = deps
+
+    async def __call__(self, http: Request) -> None:
+        deps = self._deps.inference
+        call = Call(http)
+        request = parse_responses_request(await http.body())
+        call.ctx.stream = request.stream
+        model, price = await admit_model(call, deps, request.model, capability=CAPABILITY)
+        native = is_native(model)
+        if not native:
+            refuse_builtin_tools(request)
+        org_id = call.principal.org_id
+        context = await build_context(self._deps.store, org_id, request)
+        if native:
+            chat = native_request(request, context, model=model.upstream)
+        else:
+            chat = encode_chat_request(request, context, model=model.upstream)
+        if len(chat) > MAX_CONTEXT_BYTES:
+            raise invalid_request(
+                "The conversation has grown past what one request may carry; start a new one.",
+                param="previous_response_id",
+                code="context_too_long",
+            )
+        created_us = self._deps.store.clock()
+        skeleton = _skeleton(request, model.id, created_us)
+        if native:
+            path, upstream_body = "responses", chat
+        elif model.provider.kind == "anthropic":
+            path = "messages"
+            upstream_body = anthropic.to_messages_request(
+                chat, upstream_model=model.upstream, stream=request.stream
+            )
+        else:
+            path, upstream_body = "chat/completions", chat
+        try:
+            await reserve(
+                call,
+                deps,
+                price,
+                capability=CAPABILITY,
+                prompt_bytes=len(upstream_body),
+                output_tokens=request.max_output_tokens or DEFAULT_OUTPUT_RESERVE_TOKENS,
+            )
+            client = deps.upstreams.get(model.provider.name)
+            if request.stream:
+                save = partial(self._deps.store.save, org_id, input=context, created_us=created_us)
+                await self._stream(
+                    call,
+                    client,
+                    path,
+                    upstream_body,
+                    model,
+                    price,
+                    skeleton,
+                    save if request.store else None,
+                )
+                final = None
+            else:
+                final = await self._json(call, client, path, upstream_body, model, price, skeleton)
+        except BaseException:
+            call.close_bill()
+            raise
+        if final is None:
+            return
+        if request.store:
+            await self._deps.store.save(org_id, final, input=context, created_us=created_us)
+        answer = encode_response(final) if isinstance(final, ResponseObject) else encode_json(final)
+        await call.answer_json(answer)
+
+    async def _json(
+        self,
+        call: Call,
+        client: UpstreamClient,
+        path: str,
+        upstream_body: bytes,
+        model: ResolvedModel,
+        price: ModelConfig | None,
+        skeleton: ResponseObject,
+    ) -> ResponseObject | dict[str, Any]:
+        try:
+            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+        except UpstreamError as exc:
+            raise await upstream_failure(call, self._deps.inference, exc) from None
+        completed_at = self._deps.store.clock() // 1_000_000
+        response: ResponseObject | dict[str, Any]
+        try:
+            if is_native(model):
+                response, usage = native_response(content, skeleton, completed_at=completed_at)
+            else:
+                if model.provider.kind == "anthropic":
+                    chat, usage = anthropic.from_messages_response(content, model=model.id)
+                else:
+                    chat, maybe_usage = rewrite_model_in_object(content, model.id)
+                    usage = maybe_usage or Usage()
+                response = response_from_chat(
+                    chat, skeleton, usage=usage, completed_at=completed_at
+                )
+        except (UpstreamProtocolError, ValueError, RecursionError):
+            # Not a chat completion or response (a JSON array, nesting thousands deep, ...).
+            raise bad_upstream_answer(model.provider.name) from None
+        # Charged once translated: the upstream did the work whatever happens next.
+        call.charge(usage, price)
+        return response
+
+    async def _stream(
+        self,
+        call: Call,
+        client: UpstreamClient,
+        path: str,
+        upstream_body: bytes,
+        model: ResolvedModel,
+        price: ModelConfig | None,
+        skeleton: ResponseObject,
+        save: Callable[[ResponseObject | dict[str, Any]], Awaitable[None]] | None,
+    ) -> None:
+        """Relay the stream; with `save`, the completed response is stored before its last
+        frames (`response.completed`, `[DONE]`) leave, so a client that saw them can
+        retrieve or continue it at once."""
+        deps = self._deps.inference
+        clock = self._deps.store.clock
+        frames: ResponseStream | NativeStream
+        if is_native(model):
+            frames = NativeStream(skeleton, clock=lambda: clock() / 1_000_000)
+        else:
+            inner: FrameSource
+            if model.provider.kind == "anthropic":
+                inner = anthropic.StreamTranslator(model=model.id, include_usage=True)
+            else:
+                inner = OpenAIFrames(ChunkRelay(model=model.id, include_usage=True))
+            frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
+        http = call.request
+        pump = Pump(http.send, deps.sse_keepalive_s)
+        failure: UpstreamError | None = None
+
+        async def before_last() -> None:
+            final = frames.response
+            # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens).
+            if save is not None and frames.finished and final is not None:
+                status = final["status"] if isinstance(final, dict) else final.status
+                if status in ("completed", "incomplete"):
+                    await save(final)
+
+        try:
+            async with trio.open_nursery() as streams:
+                streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
+                send_ch, relayed = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+                try:
+                    await streams.start(
+                        partial(deps.relays.relay, api_key=call.own_key),
+                        client,
+                        path,
+                        upstream_body,
+                        frames,
+                        send_ch,
+                    )
+                except UpstreamError as exc:  # before any byte was sent: a JSON error
+                    failure = exc
+                    relayed.close()
+                else:
+                    http.started = True
+                    await start_sse(http.scope, http.send, http.headers)
+                    out_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+                    streams.start_soon(_hold_last, relayed, out_ch, before_last)
+                    await pump.run(recv_ch)
+                streams.cancel_scope.cancel()
+            if failure is not None:
+                raise await upstream_failure(call, deps, failure) from None
+        finally:
+            # What was relayed is accounted, as for chat: reported usage when the upstream
+            # sent it, otherwise an estimate (the client left, or the stream broke).
+            usage = frames.usage or Usage(
+                prompt_tokens=estimate_tokens(len(upstream_body)),
+                completion_tokens=frames.deltas,
+            )
+            usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+            if http.started:
+                call.charge(usage, price)
+
+
+async def _hold_last(
+    source: trio.MemoryReceiveChannel[bytes],
+    sink: trio.MemorySendChannel[bytes],
+    before_last: Callable[[], Awaitable[None]],
+) -> None:
+    """Forward every batch, holding back the last one until `before_last` is done (the relay
+    sends a stream's closing frames as its last batch)."""
+    async with source, sink:
+        held: bytes | None = None
+        async for batch in source:
+            if held is not None:
+                await sink.send(held)
+            held = batch
+        await before_last()
+        if held is not None:
+            await sink.send(held)
+
+
+def is_native(model: ResolvedModel) -> bool:
+    """The provider speaks Responses itself (`supports` lists `responses`; never the
+    anthropic kind, whose API is Messages)."""
+    supports = model.provider.supports
+    return model.provider.kind != "anthropic" and supports is not None and "responses" in supports
+
+
+def _skeleton(request: ResponsesRequest, model_id: str, created_us: int) -> ResponseObject:
+    tool_choice: str | dict[str, Any] = request.response_tool_choice
+    return ResponseObject(
+        id=new_response_id(),
+        created_at=created_us // 1_000_000,
+        model=model_id,
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens,
+        parallel_tool_calls=request.parallel_tool_calls,
+        previous_response_id=request.previous_response_id,
+        store=request.store,
+        temperature=request.temperature,
+        tool_choice=tool_choice,
+        tools=request.response_tools,
+        top_p=request.top_p,
+        metadata=request.metadata,
+    )

@@ -1,0 +1,84 @@
+"""The Responses routes (SPEC "Responses"), scope `responses`: create (JSON or SSE), retrieve,
+input items, delete. Declared here for the request layer and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.responses.create import CreateResponse
+from gateway.responses.deps import ResponsesDeps
+from gateway.responses.read import InputItemList, ReadResponses, ResponseDeleted
+from gateway.web import Operation, Routes
+from protocol.responses.objects import ResponseObject
+from protocol.responses.request import RequestBody
+from protocol.scopes import RESPONSES
+
+_TAG = "Responses"
+RESPONSES_PATH = "/v1/responses"
+# The routes whose answers are `completion.*` events (gateway/inference/completion_events.py).
+COMPLETION_ROUTES = frozenset({RESPONSES_PATH})
+_UPSTREAM_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
+_READ_ERRORS = (401, 403, 404)
+
+
+def routes(deps: ResponsesDeps) -> Routes:
+    r = Routes()
+    read = ReadResponses(deps.store)
+    r.add(
+        Operation(
+            "POST",
+            RESPONSES_PATH,
+            "Create a response, JSON or SSE (`stream: true`); stored for 30 days unless"
+            " `store: false`",
+            _TAG,
+            request=RequestBody,
+            response=ResponseObject,
+            stream=dict[str, Any],
+            scope=RESPONSES,
+            errors=_UPSTREAM_ERRORS,
+        ),
+        CreateResponse(deps),
+    )
+    r.add(
+        Operation(
+            "GET",
+            RESPONSES_PATH + "/{response_id}",
+            "A stored response",
+            _TAG,
+            response=ResponseObject,
+            scope=RESPONSES,
+            errors=_READ_ERRORS,
+        ),
+        read.retrieve,
+    )
+    r.add(
+        Operation(
+            "GET",
+            RESPONSES_PATH + "/{response_id}/input_items",
+            "The input items of a stored response's chain, paged",
+            _TAG,
+            response=InputItemList,
+            scope=RESPONSES,
+            errors=(400, *_READ_ERRORS),
+            query=(
+                ("limit", "integer", "page size, 1 to 100, default 20"),
+                ("order", "string", "asc or desc (default)"),
+                ("after", "string", "an item id: the items after it"),
+                ("before", "string", "an item id: the items before it"),
+            ),
+        ),
+        read.input_items,
+    )
+    r.add(
+        Operation(
+            "DELETE",
+            RESPONSES_PATH + "/{response_id}",
+            "Delete a stored response",
+            _TAG,
+            response=ResponseDeleted,
+            scope=RESPONSES,
+            errors=_READ_ERRORS,
+        ),
+        read.delete,
+    )
+    return r
