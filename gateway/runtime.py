@@ -16,12 +16,15 @@ from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
 from actors.event_writer import EventWriter
 from actors.files_janitor import FilesJanitor
+from actors.fine_tuning import FineTuningWatcher, WatcherDeps
+from actors.fine_tuning.balance import balance_notifier
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
 from actors.shared_holds import open_shared_holds
 from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from actors.webhooks import WebhookDispatcher, WebhookSettings, open_webhooks
+from actors.webhooks.clock import WallClock
 from gateway.auth import Authenticator
 from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
@@ -58,6 +61,7 @@ class Runtime:
     files: FileStore  # uploaded files: rows, encrypted blobs (local or S3), the quota
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
     images: ImageStore  # generated images kept for their `url` (in the files' blob store)
+    fine_tuning: FineTuningWatcher  # follows fine-tuning jobs at their providers
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -112,6 +116,18 @@ async def open_runtime(
             lifetime_us=config.images.url_lifetime_s * 1_000_000,
         )
         files_janitor = FilesJanitor(files.repo, files.blobs, images=storage.images)
+        fine_tuning = FineTuningWatcher(
+            WatcherDeps(
+                repo=storage.fine_tuning,
+                files=files,
+                upstreams=upstreams,
+                provider_keys=provider_keys,
+                registrar=None,
+                config=config.fine_tuning,
+                clock=WallClock(),
+                balance_changed=balance_notifier(accountant, shared_holds),
+            )
+        )
         for actor in (
             upstreams,
             relays,
@@ -121,6 +137,7 @@ async def open_runtime(
             webhooks,
             janitor,
             files_janitor,
+            fine_tuning,
         ):
             await supervisor.start(actor)
         metrics = Metrics()
@@ -150,6 +167,7 @@ async def open_runtime(
                 files,
                 master_key,
                 images,
+                fine_tuning,
             )
         finally:
             nursery.cancel_scope.cancel()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
+from storage.fine_tuning import FineTuningRepository
 from storage.idempotency import IdempotencyRepository
 from storage.images import ImageRepository
 from storage.keyring import KeyringRepository
@@ -35,6 +36,7 @@ class Storage:
     webhooks: WebhookRepository
     keyring: KeyringRepository
     images: ImageRepository
+    fine_tuning: FineTuningRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -50,6 +52,7 @@ class Storage:
             webhooks=WebhookRepository(db),
             keyring=KeyringRepository(db),
             images=ImageRepository(db),
+            fine_tuning=FineTuningRepository(db),
         )
 
 
