@@ -10,6 +10,7 @@ from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
 from storage.fine_tuning import FineTuningRepository
+from storage.fine_tuned_models import FineTunedModelRepository
 from storage.idempotency import IdempotencyRepository
 from storage.images import ImageRepository
 from storage.keyring import KeyringRepository
@@ -37,6 +38,7 @@ class Storage:
     keyring: KeyringRepository
     images: ImageRepository
     fine_tuning: FineTuningRepository
+    fine_tuned_models: FineTunedModelRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -53,6 +55,7 @@ class Storage:
             keyring=KeyringRepository(db),
             images=ImageRepository(db),
             fine_tuning=FineTuningRepository(db),
+            fine_tuned_models=FineTunedModelRepository(db),
         )
 
 

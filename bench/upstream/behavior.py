@@ -36,6 +36,13 @@ class UpstreamBehavior:
     # those starting with `reject_key_prefix`, and those in `rejected_keys` (e.g. revoked later).
     reject_key_prefix: str | None = REJECTED_KEY_PREFIX
     rejected_keys: frozenset[str] = frozenset()
+    # Fine-tuning (bench/upstream/fine_tuning_routes.py), fixed per job when it is created:
+    # seconds (Trio's clock) spent queued, validating_files and running before the job ends.
+    fine_tune_schedule_s: tuple[float, float, float] = (1.0, 1.0, 2.0)
+    # (code, message, param): jobs fail with this error at the end of validation, or at the end
+    # of running with fine_tune_fail_while_running (a malformed file fails regardless).
+    fine_tune_failure: tuple[str, str, str | None] | None = None
+    fine_tune_fail_while_running: bool = False
 
 
 def snapshot(behavior: UpstreamBehavior) -> UpstreamBehavior:

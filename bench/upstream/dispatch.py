@@ -3,6 +3,8 @@
 `/v1/messages` speaks Anthropic, paths under `/cohere/` Cohere (rerank), every other path
 OpenAI (`GET /v1/models` both: Anthropic when the request carries `x-api-key`); rejected keys
 (401), `fail_status` and the 404/405 answers are shaped for the provider the path belongs to.
+Files, fine-tuning jobs and `/v1/models/{id}` go to fine_tuning_routes with the server's
+`FineTuning` state; a chat completion naming an `ft:` model is checked against it first.
 Pure: no I/O, no waiting (hang and latency are the server's).
 """
 
@@ -13,11 +15,13 @@ from collections.abc import Callable
 from bench.upstream import (
     anthropic_routes,
     audio_routes,
+    fine_tuning_routes,
     image_routes,
     openai_routes,
     rerank_routes,
 )
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
+from bench.upstream.fine_tuning import FineTuning
 from bench.upstream.replies import JsonReply, Reply
 
 Route = Callable[[RecordedRequest, UpstreamBehavior], Reply]
@@ -41,7 +45,11 @@ ROUTES: dict[str, dict[str, Route]] = {
 }
 
 
-def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
+def route(
+    request: RecordedRequest, behavior: UpstreamBehavior, fine_tuning: FineTuning | None = None
+) -> Reply:
+    """The reply to `request`. `fine_tuning` is the server's state for the fine-tuning routes
+    (files, jobs, fine-tuned models); without one they see an empty provider."""
     path = request.path.partition("?")[0]
     # `GET /v1/models` is both providers' route: Anthropic clients send `x-api-key`.
     anthropic = path in ANTHROPIC_PATHS or (path == "/v1/models" and "x-api-key" in request.headers)
@@ -60,6 +68,14 @@ def route(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
         return openai_routes.fail_reply(behavior.fail_status, behavior.retry_after)
     if anthropic and path == "/v1/models" and request.method == "GET":
         return anthropic_routes.models(request, behavior)
+    if fine_tuning is None:
+        fine_tuning = FineTuning()
+    if path == "/v1/chat/completions":
+        refused = fine_tuning_routes.refuse_unknown_model(request, fine_tuning)
+        if refused is not None:
+            return refused
+    elif (handled := fine_tuning_routes.answer(request, behavior, fine_tuning)) is not None:
+        return handled
     methods = ROUTES.get(path)
     if methods is None:
         return openai_routes.error_reply(404, f"Invalid URL ({request.method} {path})")

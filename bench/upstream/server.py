@@ -16,6 +16,7 @@ import trio
 
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior, snapshot
 from bench.upstream.dispatch import protocol_error, route
+from bench.upstream.fine_tuning import FineTuning
 from bench.upstream.http import (
     CONTINUE,
     LAST_CHUNK,
@@ -44,6 +45,8 @@ class UpstreamServer:
     def __init__(self, url: str, behavior: UpstreamBehavior) -> None:
         self.url = url
         self.behavior = behavior
+        # Outlives requests and behaviors (bench/upstream/fine_tuning.py); tests inspect it.
+        self.fine_tuning = FineTuning()
         self.requests: list[RecordedRequest] = []
         self._connections_open = 0
         self._requests_total = 0
@@ -152,7 +155,7 @@ class _Connection:
         if behavior.hang:
             await self._while_watching(trio.sleep_forever)
             return False
-        reply = route(recorded, behavior)
+        reply = route(recorded, behavior, self._server.fine_tuning)
         close = not request.keep_alive
         if isinstance(reply, StreamReply):
             return await self._answer_stream(reply, behavior, close)
