@@ -122,7 +122,7 @@ async def open_runtime(
                 files=files,
                 upstreams=upstreams,
                 provider_keys=provider_keys,
-                registrar=None,
+                registrar=storage.fine_tuned_models,
                 config=config.fine_tuning,
                 clock=WallClock(),
                 balance_changed=balance_notifier(accountant, shared_holds),

@@ -48,7 +48,8 @@ def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
             code="model_not_found",
         ) from None
     provider = model.provider
-    if provider.kind != "openai" or CAPABILITY not in (provider.supports or ()):
+    supports = provider.supports  # None: not restricted (the config's meaning)
+    if provider.kind != "openai" or (supports is not None and CAPABILITY not in supports):
         raise errors.invalid_request(
             f"The model {name[:80]!r} cannot be fine-tuned here: its provider"
             f" {provider.name!r} does not offer fine-tuning through an OpenAI-compatible API.",

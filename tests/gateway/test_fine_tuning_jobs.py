@@ -1,0 +1,106 @@
+"""Fine-tuning jobs end to end over real HTTP: the gateway, its job watcher and the simulated
+provider (bench/upstream/fine_tuning_routes.py), on both backends, with a MockClock moving the
+provider's schedule, the polls and the leases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio.testing
+
+from tests.gateway.fine_tuning_rig import (
+    BASE,
+    GOOD_LINE_TOKENS,
+    UPSTREAM_BASE,
+    create,
+    dataset,
+    drive,
+    ft_rig,
+    hold_for,
+    job,
+    micros,
+    status_is,
+    upload,
+    upstream_calls,
+)
+from tests.inference import ledger
+
+pytestmark = pytest.mark.storage
+
+
+async def test_a_job_runs_to_success_and_is_billed_exactly(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        content = dataset(10)
+        file_id = await upload(gw, key, content)
+        r = await create(gw, key, model=BASE, training_file=file_id, suffix="pets", seed=7)
+        assert r.status_code == 200, r.text
+        created = r.json()
+        job_id = created["id"]
+        assert job_id.startswith("ftjob_")
+        assert created["object"] == "fine_tuning.job"
+        assert created["status"] == "queued"
+        assert created["hyperparameters"] == {
+            "n_epochs": 3,
+            "batch_size": 1,
+            "learning_rate_multiplier": 2.0,
+        }
+        assert created["fine_tuned_model"] is None
+        assert created["estimated_finish"] > created["created_at"]
+        assert created["seed"] == 7 and created["suffix"] == "pets"
+        hold = hold_for(content)
+        balance, _ = await ledger(rig)
+        assert balance == 100_000_000 - hold
+
+        watcher = gw.runtime.fine_tuning
+        await drive(mock_clock, [watcher], status_is(gw, key, job_id, "succeeded"))
+        done = await job(gw, key, job_id)
+        model = f"ft:{BASE}:{gw.org_id}:pets:{job_id.removeprefix('ftjob_')}"
+        assert done["fine_tuned_model"] == model
+        assert done["trained_tokens"] == 10 * GOOD_LINE_TOKENS * 3
+        assert done["error"] is None
+        assert done["finished_at"] is not None
+
+        # What the provider saw: one upload, one job, with the effective hyperparameters.
+        assert upstream_calls(rig.upstream, "POST", "/v1/files") == 1
+        assert upstream_calls(rig.upstream, "POST", "/v1/fine_tuning/jobs") == 1
+        sent = next(r for r in rig.upstream.requests if r.path == "/v1/fine_tuning/jobs")
+        assert b'"model":"' + UPSTREAM_BASE.encode() + b'"' in sent.body
+        assert b'"n_epochs":3' in sent.body and b'"seed":7' in sent.body
+
+        # The model is registered for the org, mapped to the provider's model.
+        registered = await gw.runtime.storage.fine_tuned_models.get(gw.org_id, model)
+        assert registered is not None
+        assert registered.upstream_model.startswith("ft:")
+
+        # Every state, in order, once.
+        r = await gw.client.get(f"/v1/fine_tuning/jobs/{job_id}/events", headers=gw.auth(key))
+        messages = [e["message"] for e in reversed(r.json()["data"])]
+        assert messages[0] == f"Created fine-tuning job: {job_id}"
+        assert messages[1:3] == ["Validating training file", "Fine-tuning job started"]
+        assert messages[3].startswith("The job has successfully completed")
+        assert len(messages) == 4
+
+        # Billing: the hold, then the refund of what it held beyond the charge.
+        charge = micros(10 * GOOD_LINE_TOKENS)
+        balance, usage = await ledger(rig)
+        assert balance == 100_000_000 - charge
+        rows, _ = await gw.runtime.storage.ledger.list(gw.org_id, limit=10, offset=0)
+        mine = [(t.id, t.type, t.amount_micros) for t in rows if job_id in t.id]
+        assert sorted(mine) == sorted(
+            [
+                (f"txn_{job_id}_hold", "usage", -hold),
+                (f"txn_{job_id}_settle", "refund", hold - charge),
+            ]
+        )
+
+        # The webhook outbox has the succeeded event.
+        evts = await gw.runtime.storage.db.fetch(
+            "SELECT type, data FROM events WHERE org_id = :org AND type LIKE 'fine_tuning%'",
+            {"org": gw.org_id},
+        )
+        assert [e["type"] for e in evts] == ["fine_tuning.job.succeeded"]
+        assert model in evts[0]["data"]
