@@ -20,6 +20,7 @@ import trio.testing
 
 from actors.fine_tuning import FineTuningWatcher
 from bench.upstream import UpstreamServer
+from protocol.credentials import CredentialKind
 from tests.harness import Gateway
 from tests.inference import Rig, inference_rig
 
@@ -164,3 +165,28 @@ def upstream_calls(upstream: UpstreamServer, method: str, path: str) -> int:
 
 def decode(body: bytes) -> Any:
     return msgspec.json.decode(body)
+
+
+async def other_org_key(gw: Gateway) -> str:
+    """A secret key of a second organization on the same gateway."""
+    runtime = gw.runtime
+    org = await runtime.storage.orgs.create("other-org")
+    credential = runtime.hasher.generate(CredentialKind.MANAGEMENT)
+    await runtime.storage.orgs.add_management_key(org.id, credential)
+    r = await gw.client.post("/v1/keys", json={"name": "theirs"}, headers=gw.auth(credential.value))
+    assert r.status_code == 200, r.text
+    return str(r.json()["key"])
+
+
+async def outbox(gw: Gateway) -> list[tuple[str, Any]]:
+    rows = await gw.runtime.storage.db.fetch(
+        "SELECT type, data FROM events WHERE org_id = :org AND type LIKE 'fine_tuning%'"
+        " ORDER BY seq",
+        {"org": gw.org_id},
+    )
+    return [(r["type"], decode(r["data"].encode())) for r in rows]
+
+
+async def job_rows(gw: Gateway, job_id: str) -> list[tuple[str, str, int]]:
+    rows, _ = await gw.runtime.storage.ledger.list(gw.org_id, limit=50, offset=0)
+    return sorted((t.id, t.type, t.amount_micros) for t in rows if job_id in t.id)
