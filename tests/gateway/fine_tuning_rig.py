@@ -76,9 +76,7 @@ events_poll_s = 1
 max_example_tokens = 1000
 """
 
-GOOD_LINE = (
-    b'{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}'
-)
+GOOD_LINE = b'{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}'
 GOOD_LINE_TOKENS = 5  # ceil((4 + 2 + 9 + 5) / 4): roles and contents, about 4 bytes a token
 
 

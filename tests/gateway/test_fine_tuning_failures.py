@@ -185,9 +185,7 @@ async def test_cancel_a_queued_job_releases_the_hold_and_sends_nothing(
         assert r.json()["status"] == "cancelled"
         assert (await job(gw, key, job_id))["status"] == "cancelled"
         await assert_released(rig, job_id, hold_for(content))
-        again = await gw.client.post(
-            f"/v1/fine_tuning/jobs/{job_id}/cancel", headers=gw.auth(key)
-        )
+        again = await gw.client.post(f"/v1/fine_tuning/jobs/{job_id}/cancel", headers=gw.auth(key))
         assert again.status_code == 409
         assert again.json()["error"]["code"] == "job_not_cancellable"
         await assert_released(rig, job_id, hold_for(content))  # refunded once
