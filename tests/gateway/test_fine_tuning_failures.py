@@ -238,3 +238,44 @@ async def test_a_finished_job_cannot_be_cancelled(
         assert "succeeded" in r.json()["error"]["message"]
         assert (await job(gw, key, job_id))["status"] == "succeeded"
         assert (await ledger(rig))[0] == balance
+
+
+async def test_provider_outages_are_retried_with_backoff(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        watcher = gw.runtime.fine_tuning
+        rig.upstream.behavior.fail_status = 503
+        file_id = await upload(gw, key, dataset(2))
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+        start = trio.current_time()
+
+        async def a_minute_passed() -> bool:
+            return trio.current_time() - start >= 60
+
+        await drive(mock_clock, [watcher], a_minute_passed)
+        attempts = upstream_calls(rig.upstream, "POST", "/v1/files")
+        # 1 + 2 + 4 + 8 + 8 ... seconds apart (poll_max_s = 8): about ten in a minute.
+        assert 5 <= attempts <= 12, attempts
+        assert (await job(gw, key, job_id))["status"] == "validating_files"
+        rig.upstream.behavior.fail_status = None
+        await drive(mock_clock, [watcher], status_is(gw, key, job_id, "succeeded"))
+        assert upstream_calls(rig.upstream, "POST", "/v1/fine_tuning/jobs") == 1
+
+
+async def test_a_provider_job_that_disappears_fails_the_job(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        content = dataset(2)
+        file_id = await upload(gw, key, content)
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "running"))
+        rig.upstream.fine_tuning.jobs.clear()  # the provider forgot it
+        done = await run_to_end(rig, mock_clock, job_id)
+        assert done["status"] == "failed"
+        error = done["error"]
+        assert isinstance(error, dict) and error["code"] == "provider_job_not_found"
+        await assert_released(rig, job_id, hold_for(content))
