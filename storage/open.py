@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
-from storage.fine_tuning import FineTuningRepository
 from storage.fine_tuned_models import FineTunedModelRepository
+from storage.fine_tuning import FineTuningRepository
 from storage.idempotency import IdempotencyRepository
 from storage.images import ImageRepository
 from storage.keyring import KeyringRepository
