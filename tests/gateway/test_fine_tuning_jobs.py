@@ -104,3 +104,29 @@ async def test_a_job_runs_to_success_and_is_billed_exactly(
         )
         assert [e["type"] for e in evts] == ["fine_tuning.job.succeeded"]
         assert model in evts[0]["data"]
+
+
+async def test_with_the_orgs_own_provider_key_nothing_is_held_or_charged(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path, credit_usd=None) as rig:  # a zero balance
+        gw, key = rig.gateway, rig.key
+        own = "sk-org-own-provider-key"
+        r = await gw.client.post(
+            "/v1/provider_keys", json={"provider": "sim", "api_key": own}, headers=gw.auth()
+        )
+        assert r.status_code in (200, 201), r.text
+        file_id = await upload(gw, key, dataset(3))
+        # Even an unpriced base model: the provider bills the organization itself.
+        for model in (BASE, "unpriced-2024-07-18"):
+            r = await create(gw, key, model=model, training_file=file_id)
+            assert r.status_code == 200, r.text
+            job_id = r.json()["id"]
+            await drive(
+                mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded")
+            )
+        sent = [
+            r for r in rig.upstream.requests if "fine_tuning" in r.path or r.path == "/v1/files"
+        ]
+        assert sent and all(r.headers["authorization"] == f"Bearer {own}" for r in sent)
+        assert await gw.runtime.storage.ledger.sum_rows(gw.org_id) == 0
