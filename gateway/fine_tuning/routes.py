@@ -12,7 +12,8 @@ from gateway.fine_tuning.views import event_view, job_view
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.responses import StreamResponse
 from protocol import errors
-from protocol.fine_tuning.api import Job, JobCreate, JobEvent, JobEventList, JobList
+from protocol.decoding import decode_json
+from protocol.fine_tuning.api import Job, JobCancel, JobCreate, JobEvent, JobEventList, JobList
 from protocol.fine_tuning.provider import ACTIVE, CANCELLED
 from protocol.scopes import FINE_TUNING
 from storage.fine_tuning import JobRecord, Note
@@ -109,14 +110,18 @@ def routes(deps: FineTuningDeps) -> Routes:
         Operation(
             "POST",
             "/v1/fine_tuning/jobs/{job_id}/cancel",
-            "Cancel a queued, validating or running job (409 once it has ended)",
+            "Cancel a queued, validating or running job (409 once it has ended); no body needed",
             _TAG,
+            request=JobCancel,
             response=Job,
             scope=FINE_TUNING,
-            errors=(*_AUTH, 404, 409),
+            errors=(400, *_AUTH, 404, 409, 413),
         )
     )
     async def cancel(request: Request) -> Response:
+        raw = await request.body()
+        if raw.strip():
+            decode_json(raw, JobCancel)
         job = await owned(request)
         moved = await jobs.move(
             job.id,

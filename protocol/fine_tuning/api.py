@@ -41,6 +41,10 @@ class JobCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             check_suffix(self.suffix)
 
 
+class JobCancel(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The cancel body: none is needed (an empty object is accepted)."""
+
+
 class Hyperparameters(msgspec.Struct, kw_only=True):
     n_epochs: int
     batch_size: int
