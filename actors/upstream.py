@@ -150,6 +150,13 @@ class UpstreamClient:
             with mapped_errors(self.name):
                 return await response.read(self.max_response_bytes)
 
+    async def delete_json(self, path: str, *, api_key: str | None = None) -> bytes:
+        """DELETE and read the whole answer (e.g. `models/{id}`); non-2xx raises
+        UpstreamStatusError. Cancellation closes the request's connection."""
+        async with self._request("DELETE", path, b"", "application/json", api_key) as response:
+            with mapped_errors(self.name):
+                return await response.read(self.max_response_bytes)
+
     def stream(
         self,
         path: str,

@@ -67,6 +67,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         sse_keepalive_s=server.sse_keepalive_s,
         accountant=runtime.accountant if runtime.config.billing.enabled else None,
         provider_keys=runtime.provider_keys,
+        fine_tuned_models=runtime.storage.fine_tuned_models,
     )
     app: WebApp | None = None
 

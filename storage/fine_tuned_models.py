@@ -72,6 +72,8 @@ class FineTunedModelRepository:
 
     async def get(self, org_id: str, model_id: str) -> FineTunedModel | None:
         """The org's live model `model_id`; None when absent, deleted or another org's."""
+        if "\x00" in model_id:
+            return None  # no id holds one (PostgreSQL text cannot)
         row = await self._db.fetchrow(
             f"SELECT {_COLUMNS} FROM fine_tuned_models WHERE id = :id AND {_LIVE}",
             {"id": model_id, "org": org_id},
@@ -91,6 +93,8 @@ class FineTunedModelRepository:
     ) -> FineTunedModel | None:
         """Mark the org's live model deleted; returns it, or None when there was none (absent,
         already deleted, another org's). Exactly one of concurrent deletes gets the record."""
+        if "\x00" in model_id:
+            return None
         async with self._db.transaction() as tx:
             row = await tx.fetchrow(
                 f"UPDATE fine_tuned_models SET deleted_at = :now WHERE id = :id AND {_LIVE}"

@@ -156,8 +156,8 @@ def answer(request: RecordedRequest, behavior: UpstreamBehavior, state: FineTuni
 
 def refuse_unknown_model(request: RecordedRequest, state: FineTuning) -> Reply | None:
     """A chat completion naming an `ft:` model that is not live here: OpenAI's 404."""
-    if b'"ft:' not in request.body:
-        return None
+    if b'"ft:' not in request.body or not _authorized(request):
+        return None  # the chat route answers, 401 included
     try:
         model = _model_decoder.decode(request.body).model
     except msgspec.DecodeError:

@@ -12,6 +12,7 @@ from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
+from gateway.inference.fine_tuned import FT_PREFIX, resolve_fine_tuned
 from gateway.inference.model_registry import ResolvedModel, capability_missing, require_price
 from protocol.billing import KeyBudget
 from protocol.errors import invalid_request
@@ -51,8 +52,12 @@ async def admit_model(
     (404 unknown model, 403 not allowed, 400 unsupported or unpriced, 429 rate limited, 500
     the org's provider key unreadable). With the org's own key for the model's provider
     (bring-your-own-key, set on `call.own_key`) the price is None: nothing is billed, so an
-    unpriced model is allowed."""
-    model = deps.registry.resolve(name)
+    unpriced model is allowed. An `ft:` name is the caller's organization's fine-tuned model
+    (one storage read); any other name is resolved without I/O."""
+    if name.startswith(FT_PREFIX):
+        model = await resolve_fine_tuned(deps, call.principal.org_id, name)
+    else:
+        model = deps.registry.resolve(name)
     call.ctx.model = model.id
     call.check_model_allowed(model)
     kind_can = _KIND_CAPABILITIES.get(model.provider.kind)

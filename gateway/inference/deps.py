@@ -11,6 +11,7 @@ from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
 from gateway.provider_keys.resolver import ProviderKeyResolver
+from storage.fine_tuned_models import FineTunedModelRepository
 from storage.idempotency import IdempotencyRepository
 
 
@@ -24,3 +25,4 @@ class InferenceDeps:
     sse_keepalive_s: float
     accountant: Accountant | None  # None: billing is off
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
+    fine_tuned_models: FineTunedModelRepository  # `ft:` names, per organization

@@ -2,8 +2,9 @@
 
 Clients name a model by an alias from `[[models]]` (`gpt-4o-mini`) or as
 `<provider>/<upstream model>` (`openai/gpt-4o-mini`). Either resolves to one canonical id,
-`<provider>/<upstream model>`, which is what responses and chunks report as `model`.
-Nothing here does I/O.
+`<provider>/<upstream model>`, which is what responses and chunks report as `model`. A
+fine-tuned model (`ft:…`, registered per organization in storage) is routed by `fine_tuned`
+once its record was read: it keeps its `ft:` name as id. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, replace
 from gateway.config import ModelConfig, ProviderConfig
 from protocol.errors import APIError, invalid_request
 from protocol.price_catalogue import catalogue_price
+from storage.fine_tuned_models import FineTunedModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,25 @@ class ModelRegistry:
             raise model_not_found(name)
         listed = _with_catalogue(ModelConfig(name, provider_name, upstream), provider.kind)
         return ResolvedModel(name, provider, upstream, listed if _priced(listed) else None)
+
+    def fine_tuned(self, record: FineTunedModel) -> ResolvedModel | None:
+        """The route of an organization's fine-tuned model: its provider, the provider's id for
+        it upstream, its `ft:` name as id. Priced by a `[[models]]` entry whose id is that name
+        when it sets token prices (only its prices count: the model is still only its
+        organization's), else by its base model's prices. None when its provider is no longer
+        configured."""
+        provider = self._providers.get(record.provider)
+        if provider is None:
+            return None
+        configured = self._by_alias.get(record.id)
+        if configured is not None and configured.price and _priced(configured.price):
+            price: ModelConfig | None = configured.price
+        else:
+            try:
+                price = self.resolve(record.base_model).price
+            except APIError:
+                price = None
+        return ResolvedModel(record.id, provider, record.upstream_model, price)
 
     def configured(self) -> list[tuple[str, ResolvedModel]]:
         """The `[[models]]` entries as (alias, model), in configuration order."""

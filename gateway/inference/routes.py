@@ -1,4 +1,5 @@
-"""The inference routes (the hot path): chat completions, embeddings, models. Declared once
+"""The inference routes (the hot path): chat completions, embeddings, models (and deleting a
+fine-tuned one). Declared once
 here, dispatched by the same request layer as every other route (gateway/web/), which
 authenticates and checks the scope before the handler runs."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 from gateway.inference.chat import ChatCompletions
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.embeddings import Embeddings
+from gateway.inference.fine_tuned import DeleteModel, ModelDeleted
 from gateway.inference.models import ModelList, ModelObject, Models
 from gateway.web import Operation, Routes
 from protocol.openai_schema import (
@@ -16,7 +18,7 @@ from protocol.openai_schema import (
     EmbeddingList,
     EmbeddingsRequest,
 )
-from protocol.scopes import CHAT_COMPLETIONS, EMBEDDINGS, MODELS_READ
+from protocol.scopes import CHAT_COMPLETIONS, EMBEDDINGS, FINE_TUNING, MODELS_READ
 
 _TAG = "Inference"
 CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH = "/v1/chat/completions", "/v1/embeddings"
@@ -79,5 +81,18 @@ def routes(deps: InferenceDeps) -> Routes:
             slash_params=("model_id",),
         ),
         models.retrieve,
+    )
+    r.add(
+        Operation(
+            "DELETE",
+            "/v1/models/{model_id}",
+            "Delete one of the organization's fine-tuned models (here and at its provider)",
+            _TAG,
+            response=ModelDeleted,
+            scope=FINE_TUNING,
+            errors=(401, 403, 404, 502, 504),
+            slash_params=("model_id",),
+        ),
+        DeleteModel(deps),
     )
     return r

@@ -358,6 +358,8 @@ async def test_hostile_requests_are_answered_not_raised(
     async with httpx.AsyncClient(base_url=upstream.url) as anonymous:
         assert (await anonymous.get("/v1/fine_tuning/jobs")).status_code == 401
         assert (await anonymous.post("/v1/files")).status_code == 401
+        chat = {"model": "ft:made-up", "messages": [{"role": "user", "content": "x"}]}
+        assert (await anonymous.post("/v1/chat/completions", json=chat)).status_code == 401
     chat = {"model": "ft:made-up", "messages": [{"role": "user", "content": "x"}]}
     assert (await client.post("/v1/chat/completions", json=chat)).status_code == 404
     r = await client.post("/v1/chat/completions", content=b'{"model": "ft:x", ')

@@ -101,6 +101,6 @@ async def test_one_of_concurrent_deletes_gets_the_model(storage: Storage) -> Non
 
 async def test_hostile_names_are_plain_values(storage: Storage) -> None:
     acme = (await storage.orgs.create("acme")).id
-    for name in ("ft:' OR 1=1 --", "ft:" + "x" * 5000, "ft:\u00e9\u4e2d:%_", ""):
+    for name in ("ft:' OR 1=1 --", "ft:" + "x" * 5000, "ft:\u00e9\u4e2d:%_", "ft:a\x00b", ""):
         assert await storage.fine_tuned_models.get(acme, name) is None
         assert await storage.fine_tuned_models.delete(acme, name) is None
