@@ -130,3 +130,23 @@ async def test_with_the_orgs_own_provider_key_nothing_is_held_or_charged(
         ]
         assert sent and all(r.headers["authorization"] == f"Bearer {own}" for r in sent)
         assert await gw.runtime.storage.ledger.sum_rows(gw.org_id) == 0
+
+
+async def test_the_trained_model_answers_chat_completions(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        file_id = await upload(gw, key, dataset(3))
+        job_id = (await create(gw, key, model=BASE, training_file=file_id, suffix="bot")).json()[
+            "id"
+        ]
+        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded"))
+        model = (await job(gw, key, job_id))["fine_tuned_model"]
+        r = await rig.chat({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"]
+        sent = [r for r in rig.upstream.requests if r.path == "/v1/chat/completions"]
+        provider_model = await gw.runtime.storage.fine_tuned_models.get(gw.org_id, model)
+        assert provider_model is not None
+        assert f'"model":"{provider_model.upstream_model}"'.encode() in sent[-1].body
