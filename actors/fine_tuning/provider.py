@@ -11,7 +11,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 import msgspec
 
 from actors.upstream import UpstreamClient, mapped_errors
-from protocol.fine_tuning.provider import ProviderJob, read_file_id, read_job
+from protocol.fine_tuning.provider import ProviderJob, find_job_for_file, read_file_id, read_job
 
 
 async def _form(
@@ -61,6 +61,12 @@ class FineTuningAPI:
         return read_job(
             await self._client.get_json(f"fine_tuning/jobs/{job_id}", api_key=self._key)
         )
+
+    async def created_with(self, training_file: str) -> ProviderJob | None:
+        """The job already created with `training_file`, if any (among the provider's newest
+        100): a watcher that stopped between creating a job and storing its id finds it."""
+        body = await self._client.get_json("fine_tuning/jobs?limit=100", api_key=self._key)
+        return find_job_for_file(body, training_file)
 
     async def cancel(self, job_id: str) -> ProviderJob:
         body, _ = await self._client.post_json(

@@ -209,7 +209,9 @@ class JobSteps:
             done = await repo.record(job.id, owner, provider_validation_file=file_id)
             return None if done is None else 0
         if job.provider_job_id is None:
-            created = await api.create(self._create_body(job))
+            created = await api.created_with(job.provider_training_file)
+            if created is None:
+                created = await api.create(self._create_body(job))
             stored = await repo.record(job.id, owner, provider_job_id=created.id)
             if stored is None:
                 return None

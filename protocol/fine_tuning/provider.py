@@ -80,6 +80,22 @@ def read_job(body: bytes) -> ProviderJob:
     )
 
 
+def find_job_for_file(body: bytes, training_file: str) -> ProviderJob | None:
+    """In a provider's job list, the job created with `training_file` (ours alone: uploaded for
+    one job), or None."""
+    try:
+        obj = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ProviderJobInvalid("not JSON") from exc
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, list):
+        raise ProviderJobInvalid("not a list of jobs")
+    for item in data:
+        if isinstance(item, dict) and item.get("training_file") == training_file:
+            return read_job(msgspec.json.encode(item))
+    return None
+
+
 def read_file_id(body: bytes) -> str:
     try:
         obj = msgspec.json.decode(body)

@@ -124,3 +124,36 @@ async def test_two_instances_watch_each_job_once(
                 {"org": a.org_id},
             )
             assert [r["type"] for r in rows] == ["fine_tuning.job.succeeded"] * 4
+
+
+async def test_a_crash_before_the_provider_job_id_was_stored_creates_no_second_job(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with provider() as upstream:
+        first = config(database_url, tmp_path, upstream, None)
+        async with running_gateway(first) as a:
+            key = (await a.client.post("/v1/keys", json={"name": "k"}, headers=a.auth())).json()[
+                "key"
+            ]
+            await a.client.post("/v1/credits/topup", json={"amount_usd": 100}, headers=a.auth())
+            file_id = await upload(a, key, dataset(2))
+            job_id = (await create(a, key, model=BASE, training_file=file_id)).json()["id"]
+
+            async def created_at_provider() -> bool:
+                return upstream_calls(upstream, "POST", "/v1/fine_tuning/jobs") == 1
+
+            await drive(mock_clock, [a.runtime.fine_tuning], created_at_provider)
+            await a.runtime.supervisor.stop("fine_tuning_watcher")
+            # As if it had died after the provider created the job, before storing its id.
+            await a.runtime.storage.db.execute(
+                "UPDATE fine_tuning_jobs SET provider_job_id = NULL WHERE id = :id", {"id": job_id}
+            )
+        assert first.master_key is not None
+        second = config(database_url, tmp_path, upstream, first.master_key)
+        async with running_gateway(second) as b:
+            await drive(mock_clock, [b.runtime.fine_tuning], status_is(b, key, job_id, "succeeded"))
+            assert upstream_calls(upstream, "POST", "/v1/fine_tuning/jobs") == 1
+            assert upstream_calls(upstream, "POST", "/v1/files") == 1
+            [provider_job_id] = upstream.fine_tuning.jobs
+            stored = await b.runtime.storage.fine_tuning.by_id(job_id)
+            assert stored is not None and stored.provider_job_id == provider_job_id
