@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from gateway.fine_tuning.create import create_job
 from gateway.fine_tuning.deps import FineTuningDeps
-from gateway.fine_tuning.events import event_stream
+from gateway.fine_tuning.events import send_event_stream
 from gateway.fine_tuning.views import event_view, job_view
 from gateway.web import Operation, Request, Response, Routes, json_response
-from gateway.web.responses import StreamResponse
 from protocol import errors
 from protocol.decoding import decode_json
 from protocol.fine_tuning.api import Job, JobCancel, JobCreate, JobEvent, JobEventList, JobList
@@ -26,7 +25,6 @@ _PAGING = (
     ("limit", "integer", f"page size, default {DEFAULT_LIMIT}, max {MAX_LIMIT}"),
     ("after", "string", "the id of the last item of the previous page"),
 )
-_SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 
 def _not_found(job_id: str) -> errors.APIError:
@@ -160,20 +158,18 @@ def routes(deps: FineTuningDeps) -> Routes:
             query=_PAGING,
         )
     )
-    async def events(request: Request) -> Response | StreamResponse:
+    async def events(request: Request) -> Response | None:
         job = await owned(request)
         accept = request.header(b"accept") or ""
         if "text/event-stream" in accept.lower():
-            return StreamResponse(
-                event_stream(
-                    jobs,
-                    job.id,
-                    poll_s=deps.config.events_poll_s,
-                    keepalive_s=deps.sse_keepalive_s,
-                ),
-                content_type=b"text/event-stream",
-                headers=_SSE_HEADERS,
+            await send_event_stream(
+                request,
+                jobs,
+                job.id,
+                poll_s=deps.config.events_poll_s,
+                keepalive_s=deps.sse_keepalive_s,
             )
+            return None
         limit, after = _page(request)
         page = await jobs.events(job.id, limit=limit, after=after)
         return json_response(

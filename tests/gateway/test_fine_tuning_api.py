@@ -290,3 +290,53 @@ async def test_events_stream_as_sse_until_the_job_ends(
         )
         assert sse_frames(r.text)[:-1] == frames[:-1]
         assert await status_is(gw, key, job_id, "succeeded")()
+
+
+async def test_a_quiet_event_stream_sends_keepalives(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:  # [server] sse_keepalive_s = 15
+        gw, key = rig.gateway, rig.key
+        await gw.runtime.supervisor.stop("fine_tuning_watcher")  # the job stays queued
+        file_id = await upload(gw, key, dataset(2))
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+        received: list[bytes] = []
+        left = trio.Event()
+
+        async def listen() -> None:
+            """On a raw socket, so that closing it really leaves mid-stream."""
+            host, port = gw.url.removeprefix("http://").split(":")
+            stream = await trio.open_tcp_stream(host, int(port))
+            async with stream:
+                await stream.send_all(
+                    f"GET /v1/fine_tuning/jobs/{job_id}/events HTTP/1.1\r\nhost: x\r\n"
+                    f"accept: text/event-stream\r\nauthorization: Bearer {key}\r\n\r\n".encode()
+                )
+                while b": keepalive" not in b"".join(received):
+                    received.append(await stream.receive_some())
+            left.set()
+
+        async def tick(seconds: int) -> None:
+            for _ in range(seconds):
+                mock_clock.jump(1)
+                for _ in range(5):
+                    await trio.to_thread.run_sync(time.sleep, 0.002)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            limit = time.monotonic() + 30
+            while b"data: " not in b"".join(received):
+                assert time.monotonic() < limit
+                await trio.to_thread.run_sync(time.sleep, 0.002)
+            await tick(14)  # 14 s of silence: no keepalive yet
+            assert b": keepalive" not in b"".join(received)
+            while not left.is_set():
+                assert time.monotonic() < limit
+                await tick(1)
+        body = b"".join(received).decode()
+        assert body.count(": keepalive") == 1
+        assert body.startswith("HTTP/1.1 200") and "text/event-stream" in body
+        assert body.count("data: ") == 1  # the creation event
+        assert "[DONE]" not in body  # still queued
+        # The server saw the client leave: no request is left in flight (the gateway stops
+        # without waiting).

@@ -13,7 +13,13 @@ from protocol.errors import APIError
 from protocol.files.jsonl import FAST_MIN_LINES
 from protocol.fine_tuning.api import JobCreate
 from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
-from protocol.fine_tuning.provider import ProviderJobInvalid, map_status, read_file_id, read_job
+from protocol.fine_tuning.provider import (
+    ProviderJobInvalid,
+    find_job_for_file,
+    map_status,
+    read_file_id,
+    read_job,
+)
 from protocol.fine_tuning.rules import (
     check_dated,
     effective,
@@ -154,3 +160,17 @@ def test_provider_jobs_read_into_spec_states() -> None:
     assert read_file_id(b'{"id":"file-abc"}') == "file-abc"
     with pytest.raises(ProviderJobInvalid):
         read_file_id(b'{"id":"../x?y"}')
+
+
+def test_a_job_is_found_by_its_training_file_in_a_list() -> None:
+    body = (
+        b'{"object":"list","data":[{"id":"ftjob-2","status":"running","training_file":"file-b"},'
+        b'{"id":"ftjob-1","status":"succeeded","training_file":"file-a",'
+        b'"fine_tuned_model":"ft:x"}],"has_more":false}'
+    )
+    found = find_job_for_file(body, "file-a")
+    assert found is not None and (found.id, found.status) == ("ftjob-1", "succeeded")
+    assert find_job_for_file(body, "file-c") is None
+    for bad in (b"{}", b"[]", b"nope", b'{"data": {}}'):
+        with pytest.raises(ProviderJobInvalid):
+            find_job_for_file(bad, "file-a")
