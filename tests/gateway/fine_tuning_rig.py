@@ -39,6 +39,14 @@ output_usd_per_mtok = 1.5
 training_usd_per_mtok = {TRAINING_PRICE}
 
 [[models]]
+id = "pricey-2024-07-18"
+provider = "sim"
+upstream = "sim-small-2024-07-18"
+input_usd_per_mtok = 0.5
+output_usd_per_mtok = 1.5
+training_usd_per_mtok = 10000
+
+[[models]]
 id = "unpriced-2024-07-18"
 provider = "sim"
 upstream = "sim-unpriced-2024-07-18"

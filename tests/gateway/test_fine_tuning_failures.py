@@ -279,3 +279,20 @@ async def test_a_provider_job_that_disappears_fails_the_job(
         error = done["error"]
         assert isinstance(error, dict) and error["code"] == "provider_job_not_found"
         await assert_released(rig, job_id, hold_for(content))
+
+
+async def test_a_provider_refusal_fails_the_job_with_its_error(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        rig.upstream.behavior.fail_status = 400
+        content = dataset(2)
+        file_id = await upload(gw, key, content)
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+        done = await run_to_end(rig, mock_clock, job_id)
+        error = done["error"]
+        assert isinstance(error, dict) and error["code"]  # the provider's code, not ours
+        assert error["code"] not in ("invalid_format", "token_limit_exceeded")
+        assert upstream_calls(rig.upstream, "POST", "/v1/files") == 1  # no retry of a 400
+        await assert_released(rig, job_id, hold_for(content))

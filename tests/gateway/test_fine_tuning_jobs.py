@@ -150,3 +150,25 @@ async def test_the_trained_model_answers_chat_completions(
         provider_model = await gw.runtime.storage.fine_tuned_models.get(gw.org_id, model)
         assert provider_model is not None
         assert f'"model":"{provider_model.upstream_model}"'.encode() in sent[-1].body
+
+
+async def test_the_hold_is_seen_at_once_by_inference_billing(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path, credit_usd=5.0) as rig:
+        gw, key = rig.gateway, rig.key
+        await gw.runtime.supervisor.stop("fine_tuning_watcher")
+        chat = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+        assert (await rig.chat({**chat, "max_tokens": 5})).status_code == 200  # a warm view
+        content = dataset(10)  # 850 bytes: 213 tokens x 3 x $10,000/M x 1.04 = $6.6456
+        file_id = await upload(gw, key, content)
+        r = await create(gw, key, model="pricey-2024-07-18", training_file=file_id)
+        assert r.status_code == 402  # more than the balance
+        small = await upload(gw, key, dataset(6))  # 510 bytes: 128 tokens: $3.9936
+        r = await create(gw, key, model="pricey-2024-07-18", training_file=small)
+        assert r.status_code == 200, r.text
+        # What is left (about $1) cannot hold a request that may cost $1.5 (the clock has not
+        # moved: only being told of the hold makes the accountant see it).
+        r = await rig.chat({**chat, "max_tokens": 1_000_000})
+        assert r.status_code == 402, r.text
+        assert r.json()["error"]["code"] == "insufficient_credits"
