@@ -296,3 +296,24 @@ async def test_a_provider_refusal_fails_the_job_with_its_error(
         assert error["code"] not in ("invalid_format", "token_limit_exceeded")
         assert upstream_calls(rig.upstream, "POST", "/v1/files") == 1  # no retry of a 400
         await assert_released(rig, job_id, hold_for(content))
+
+
+async def test_a_training_file_deleted_before_the_watcher_reads_it_fails_the_job(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        watcher = gw.runtime.fine_tuning
+        await gw.runtime.supervisor.stop(watcher.name)
+        content = dataset(2)
+        file_id = await upload(gw, key, content)
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+        r = await gw.client.delete(f"/v1/files/{file_id}", headers=gw.auth(key))
+        assert r.status_code == 200, r.text
+        await gw.runtime.supervisor.start(watcher)
+        done = await run_to_end(rig, mock_clock, job_id)
+        error = done["error"]
+        assert isinstance(error, dict)
+        assert (error["code"], error["param"]) == ("file_not_found", "training_file")
+        assert upstream_calls(rig.upstream, "POST", "/v1/files") == 0
+        await assert_released(rig, job_id, hold_for(content))
