@@ -317,3 +317,37 @@ async def test_a_training_file_deleted_before_the_watcher_reads_it_fails_the_job
         assert (error["code"], error["param"]) == ("file_not_found", "training_file")
         assert upstream_calls(rig.upstream, "POST", "/v1/files") == 0
         await assert_released(rig, job_id, hold_for(content))
+
+
+def flip_a_byte(root: Path, file_id: str) -> None:
+    """Damage a stored blob in place (same size: found only when its chunk is opened)."""
+    [blob] = [p for p in root.rglob(file_id) if p.is_file()]
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
+
+
+async def test_a_file_found_corrupt_while_uploading_fails_the_job(
+    database_url: str, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    async with ft_rig(database_url, tmp_path) as rig:
+        gw, key = rig.gateway, rig.key
+        watcher = gw.runtime.fine_tuning
+        rig.upstream.behavior.fail_status = 503  # uploads fail: the job waits after validation
+        content = dataset(2)
+        file_id = await upload(gw, key, content)
+        job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
+
+        async def validated() -> bool:
+            stored = await gw.runtime.storage.fine_tuning.by_id(job_id)
+            return stored is not None and stored.dataset_tokens is not None
+
+        await drive(mock_clock, [watcher], validated)
+        await trio.to_thread.run_sync(flip_a_byte, tmp_path, file_id)
+        rig.upstream.behavior.fail_status = None
+        done = await run_to_end(rig, mock_clock, job_id)
+        error = done["error"]
+        assert isinstance(error, dict)
+        assert (error["code"], error["param"]) == ("file_corrupt", "training_file")
+        assert upstream_calls(rig.upstream, "POST", "/v1/fine_tuning/jobs") == 0
+        await assert_released(rig, job_id, hold_for(content))
