@@ -10,6 +10,8 @@ from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
 from gateway.files.store import FORM_OVERHEAD_BYTES
+from gateway.fine_tuning import FineTuningDeps
+from gateway.fine_tuning import routes as fine_tuning
 from gateway.images import ImagesDeps
 from gateway.images import routes as images
 from gateway.inference import routes as inference
@@ -36,6 +38,22 @@ def body_limits(server: ServerConfig) -> BodyLimits:
         audio=server.max_audio_body_bytes + audio.FORM_OVERHEAD_BYTES,
         file=server.max_file_body_bytes + FORM_OVERHEAD_BYTES,
         vision=server.max_vision_body_bytes + FORM_OVERHEAD_BYTES,
+    )
+
+
+def fine_tuning_deps(runtime: Runtime) -> FineTuningDeps:
+    watcher = runtime.fine_tuning
+    return FineTuningDeps(
+        jobs=runtime.storage.fine_tuning,
+        files=runtime.files,
+        registry=runtime.registry,
+        accountant=runtime.accountant,
+        billing=runtime.config.billing.enabled,
+        provider_keys=runtime.provider_keys,
+        watcher=watcher,
+        balance_changed=watcher.deps.balance_changed,
+        config=runtime.config.fine_tuning,
+        sse_keepalive_s=runtime.config.server.sse_keepalive_s,
     )
 
 
@@ -69,6 +87,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
         images.routes(ImagesDeps(deps, runtime.images, runtime.config.public_base_url)),
         responses.routes(ResponsesDeps(deps, runtime.responses)),
+        fine_tuning.routes(fine_tuning_deps(runtime)),
         webhooks.routes(
             runtime.storage,
             runtime.master_key,

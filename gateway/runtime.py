@@ -16,6 +16,8 @@ from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
 from actors.event_writer import EventWriter
 from actors.files_janitor import FilesJanitor
+from actors.fine_tuning import FineTuningWatcher, WatcherDeps
+from actors.fine_tuning.balance import balance_notifier
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
 from actors.responses_janitor import ResponsesJanitor
@@ -62,6 +64,7 @@ class Runtime:
     master_key: bytes = field(repr=False)  # loaded once; wraps secrets at rest (never printed)
     images: ImageStore  # generated images kept for their `url` (in the files' blob store)
     responses: ResponseStore  # stored responses (the conversation of `previous_response_id`)
+    fine_tuning: FineTuningWatcher  # follows fine-tuning jobs at their providers
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -121,6 +124,18 @@ async def open_runtime(
             storage.responses, SecretBox.for_purpose(master_key, FILE_KEYS), WallClock().now_us
         )
         responses_janitor = ResponsesJanitor(storage.responses, responses.clock)
+        fine_tuning = FineTuningWatcher(
+            WatcherDeps(
+                repo=storage.fine_tuning,
+                files=files,
+                upstreams=upstreams,
+                provider_keys=provider_keys,
+                registrar=storage.fine_tuned_models,
+                config=config.fine_tuning,
+                clock=WallClock(),
+                balance_changed=balance_notifier(accountant, shared_holds),
+            )
+        )
         for actor in (
             upstreams,
             relays,
@@ -131,6 +146,7 @@ async def open_runtime(
             janitor,
             files_janitor,
             responses_janitor,
+            fine_tuning,
         ):
             await supervisor.start(actor)
         metrics = Metrics()
@@ -161,6 +177,7 @@ async def open_runtime(
                 master_key,
                 images,
                 responses,
+                fine_tuning,
             )
         finally:
             nursery.cancel_scope.cancel()

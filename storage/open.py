@@ -10,6 +10,7 @@ from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
 from storage.fine_tuned_models import FineTunedModelRepository
+from storage.fine_tuning import FineTuningRepository
 from storage.idempotency import IdempotencyRepository
 from storage.images import ImageRepository
 from storage.keyring import KeyringRepository
@@ -38,6 +39,7 @@ class Storage:
     keyring: KeyringRepository
     images: ImageRepository
     responses: ResponseRepository
+    fine_tuning: FineTuningRepository
     fine_tuned_models: FineTunedModelRepository
 
     @classmethod
@@ -55,6 +57,7 @@ class Storage:
             keyring=KeyringRepository(db),
             images=ImageRepository(db),
             responses=ResponseRepository(db),
+            fine_tuning=FineTuningRepository(db),
             fine_tuned_models=FineTunedModelRepository(db),
         )
 

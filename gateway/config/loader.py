@@ -25,6 +25,7 @@ from gateway.config.schema import (
     BillingConfig,
     Config,
     FilesConfig,
+    FineTuningConfig,
     ImagesConfig,
     ModelConfig,
     ProviderConfig,
@@ -328,6 +329,26 @@ def _parse_images(table: _Table) -> ImagesConfig:
     return ImagesConfig(url_lifetime_s=lifetime)
 
 
+def _parse_fine_tuning(table: _Table) -> FineTuningConfig:
+    d = FineTuningConfig()
+    positive = schema.parse_positive_number
+    config = FineTuningConfig(
+        poll_initial_s=table.get("poll_initial_s", positive, d.poll_initial_s),
+        poll_max_s=table.get("poll_max_s", positive, d.poll_max_s),
+        lease_ttl_s=table.get("lease_ttl_s", positive, d.lease_ttl_s),
+        scan_interval_s=table.get("scan_interval_s", positive, d.scan_interval_s),
+        max_watched=table.get("max_watched", schema.integer_in(1, 100_000), d.max_watched),
+        max_example_tokens=table.get(
+            "max_example_tokens", schema.integer_in(1), d.max_example_tokens
+        ),
+        events_poll_s=table.get("events_poll_s", positive, d.events_poll_s),
+    )
+    if config.poll_max_s < config.poll_initial_s:
+        raise table.error("poll_max_s", "must be at least poll_initial_s")
+    table.finish()
+    return config
+
+
 def _parse_files(table: _Table, environ: Mapping[str, str]) -> FilesConfig:
     store = table.get("store", schema.one_of(schema.BLOB_STORES), FilesConfig.store)
     endpoint = table.get("s3_endpoint_url", schema.parse_http_url, None)
@@ -429,6 +450,7 @@ def load_config(
     billing = _parse_billing(top.table("billing"))
     files = _parse_files(top.table("files"), env)
     images = _parse_images(top.table("images"))
+    fine_tuning = _parse_fine_tuning(top.table("fine_tuning"))
     top.finish()
 
     data_dir = _from_env(env, "GATEWAY_DATA_DIR", schema.parse_path) or data_dir
@@ -460,4 +482,5 @@ def load_config(
         log_level=_from_env(env, "GATEWAY_LOG_LEVEL", schema.parse_log_level) or log_level,
         files=files,
         images=images,
+        fine_tuning=fine_tuning,
     )

@@ -172,6 +172,19 @@ class ImagesConfig:
 
 
 @dataclass(frozen=True)
+class FineTuningConfig:
+    """`[fine_tuning]`: how jobs are followed at their providers (docs/fine_tuning.md)."""
+
+    poll_initial_s: float = 1.0  # first wait between two polls of a provider job
+    poll_max_s: float = 30.0  # the wait doubles after each poll (and each error) up to this
+    lease_ttl_s: float = 60.0  # a job's watcher renews within this, else another instance takes
+    scan_interval_s: float = 5.0  # how often an instance looks for jobs nobody watches
+    max_watched: int = 200  # jobs one instance watches at once
+    max_example_tokens: int = 65_536  # a longer training example fails the job
+    events_poll_s: float = 1.0  # an SSE stream of job events looks for new ones this often
+
+
+@dataclass(frozen=True)
 class WebhooksConfig:
     """`[webhooks]`: delivery of the events outbox to subscriptions (docs/webhooks.md)."""
 
@@ -245,6 +258,7 @@ class Config:
     log_level: str = "INFO"
     files: FilesConfig = FilesConfig()
     images: ImagesConfig = ImagesConfig()
+    fine_tuning: FineTuningConfig = FineTuningConfig()
 
     def __repr__(self) -> str:
         return _safe_repr(

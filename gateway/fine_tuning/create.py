@@ -1,0 +1,168 @@
+"""Creating a job: the checks a body passes (docs/fine_tuning.md, "Creating a job"), then the
+job, its first event and the training hold written in one transaction.
+
+The hold is the most the job can cost: the training file's bytes as tokens (about 4 bytes a
+token, an upper bound of what our validation counts later) x n_epochs x the base model's
+`training_usd_per_mtok` x (1 + the plan's fee). It is checked against what the organization
+can spend (the accountant: 402 `insufficient_credits`), then written to the ledger with the
+job, so it survives restarts; the end of the job settles or releases it (storage/fine_tuning.py).
+With the organization's own provider key nothing is held or charged (the provider bills it).
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from actors.accountant import InsufficientCredits
+from gateway.fine_tuning.deps import FineTuningDeps
+from gateway.inference.model_registry import ResolvedModel
+from protocol import errors
+from protocol.billing import fee_percent
+from protocol.fine_tuning.api import JobCreate
+from protocol.fine_tuning.provider import QUEUED
+from protocol.fine_tuning.rules import (
+    check_dated,
+    effective,
+    estimated_finish_s,
+    training_charge,
+    training_tokens_bound,
+)
+from protocol.ids import new_id
+from protocol.money import micros_to_usd
+from storage.files import FileRecord
+from storage.fine_tuning import HELD, NO_BILLING, JobRecord, Note
+
+FINE_TUNE = "fine-tune"
+CAPABILITY = "fine_tuning"
+_US = 1_000_000
+
+
+def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
+    check_dated(name)
+    try:
+        model = deps.registry.resolve(name)
+    except errors.APIError:
+        raise errors.invalid_request(
+            f"The model {name[:80]!r} is not served by this gateway.",
+            param="model",
+            code="model_not_found",
+        ) from None
+    provider = model.provider
+    supports = provider.supports  # None: not restricted (the config's meaning)
+    if provider.kind != "openai" or (supports is not None and CAPABILITY not in supports):
+        raise errors.invalid_request(
+            f"The model {name[:80]!r} cannot be fine-tuned here: its provider"
+            f" {provider.name!r} does not offer fine-tuning through an OpenAI-compatible API.",
+            param="model",
+            code="unsupported_model",
+        )
+    return model
+
+
+async def _file(
+    deps: FineTuningDeps, org_id: str, file_id: str, param: str, now: int
+) -> FileRecord:
+    record = await deps.files.repo.get(org_id, file_id, now=now)
+    if record is None or record.purpose != FINE_TUNE:
+        raise errors.invalid_request(
+            f"`{param}` must be the id of one of your files with purpose fine-tune;"
+            f" {file_id[:80]!r} is not.",
+            param=param,
+            code="invalid_file",
+        )
+    return record
+
+
+async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobRecord:
+    model = _model(deps, body.model)
+    now = deps.watcher.clock.now_us()
+    training = await _file(deps, org_id, body.training_file, "training_file", now)
+    if body.validation_file is not None:
+        await _file(deps, org_id, body.validation_file, "validation_file", now)
+    provider = model.provider.name
+    byok = await deps.provider_keys.lookup(org_id, provider) is not None
+    price = None if model.price is None else model.price.training_usd_per_mtok
+    if price is None and not byok and deps.billing:
+        raise errors.invalid_request(
+            f"No training price is configured for the model {body.model[:80]!r}; add"
+            " training_usd_per_mtok to its [[models]] entry.",
+            param="model",
+            code="model_price_unknown",
+        )
+    hp = body.hyperparameters
+    values = effective(
+        hp.n_epochs if hp else None,
+        hp.batch_size if hp else None,
+        hp.learning_rate_multiplier if hp else None,
+    )
+    plan = await deps.accountant.plan_of(org_id)
+    fee = fee_percent(plan, byok=byok)
+    bound = training_tokens_bound(training.bytes)
+    hold = 0
+    if deps.billing and not byok and price is not None:
+        hold = training_charge(bound, values.n_epochs, price, fee)
+    job_id = new_id("ftjob")
+    job = JobRecord(
+        id=job_id,
+        org_id=org_id,
+        model=body.model,
+        provider=provider,
+        upstream_model=model.upstream,
+        training_file=training.id,
+        validation_file=body.validation_file,
+        n_epochs=values.n_epochs,
+        batch_size=values.batch_size,
+        learning_rate_multiplier=values.learning_rate_multiplier,
+        suffix=body.suffix,
+        seed=body.seed if body.seed is not None else secrets.randbelow(2_147_483_648),
+        status=QUEUED,
+        fine_tuned_model=None,
+        provider_job_id=None,
+        provider_training_file=None,
+        provider_validation_file=None,
+        provider_model=None,
+        dataset_tokens=None,
+        trained_tokens=None,
+        error_code=None,
+        error_message=None,
+        error_param=None,
+        byok=byok,
+        training_usd_per_mtok=price,
+        fee_percent=fee,
+        hold_micros=hold,
+        charged_micros=None,
+        billing=HELD if hold > 0 else NO_BILLING,
+        provider_cancel=False,
+        estimated_finish=estimated_finish_s(now // _US, bound, values.n_epochs) * _US,
+        created_at=now,
+        updated_at=now,
+        finished_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+    note = Note(f"Created fine-tuning job: {job_id}")
+    description = f"fine-tuning job {job_id}: training hold ({body.model[:80]})"
+    if hold == 0:
+        await deps.jobs.create(job, note, description=description)
+    else:
+        await _create_held(deps, job, note, description)
+    deps.watcher.wake()
+    return job
+
+
+async def _create_held(deps: FineTuningDeps, job: JobRecord, note: Note, description: str) -> None:
+    try:
+        reservation = await deps.accountant.reserve(job.org_id, job.hold_micros)
+    except InsufficientCredits as exc:
+        available = micros_to_usd(max(exc.available_micros, 0))
+        raise errors.payment_required(
+            f"The organization's credit balance (${available:.6f} available) cannot cover the"
+            f" training hold of ${micros_to_usd(job.hold_micros):.6f}; top up with"
+            " POST /v1/credits/topup.",
+            code="insufficient_credits",
+        ) from None
+    try:
+        await deps.jobs.create(job, note, description=description)
+    finally:
+        deps.accountant.settle(reservation, None)  # the ledger row holds it from here
+    await deps.balance_changed(job.org_id, -job.hold_micros)

@@ -1,0 +1,28 @@
+"""What the Fine-tuning routes are given by the runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.accountant import Accountant
+from actors.fine_tuning import FineTuningWatcher
+from actors.fine_tuning.steps import BalanceChanged
+from gateway.config.schema import FineTuningConfig
+from gateway.files.store import FileStore
+from gateway.inference.model_registry import ModelRegistry
+from gateway.provider_keys.resolver import ProviderKeyResolver
+from storage.fine_tuning import FineTuningRepository
+
+
+@dataclass(frozen=True)
+class FineTuningDeps:
+    jobs: FineTuningRepository
+    files: FileStore
+    registry: ModelRegistry
+    accountant: Accountant
+    billing: bool  # `[billing] enabled`: hold and charge training
+    provider_keys: ProviderKeyResolver
+    watcher: FineTuningWatcher
+    balance_changed: BalanceChanged
+    config: FineTuningConfig
+    sse_keepalive_s: float
