@@ -61,7 +61,8 @@ async def test_the_sdk_gets_each_format_with_its_content_type(rig: Rig, fmt: str
     extra: dict[str, Any] = {} if fmt is None else {"response_format": fmt}
 
     def call() -> Any:
-        return sdk(rig).audio.speech.create(model="tts", voice="nova", input=text, **extra)
+        with sdk(rig) as client:
+            return client.audio.speech.create(model="tts", voice="nova", input=text, **extra)
 
     response = await trio.to_thread.run_sync(call)
     fmt = fmt or "mp3"
@@ -78,9 +79,12 @@ async def test_the_sdk_streams_with_streaming_response(rig: Rig) -> None:
     rig.upstream.behavior.chunk_interval_s = 0.01
 
     def call() -> tuple[bytes, int]:
-        with sdk(rig).audio.speech.with_streaming_response.create(
-            model="tts", voice="echo", input=text, response_format="opus"
-        ) as response:
+        with (
+            sdk(rig) as client,
+            client.audio.speech.with_streaming_response.create(
+                model="tts", voice="echo", input=text, response_format="opus"
+            ) as response,
+        ):
             pieces = list(response.iter_bytes())
             assert response.headers["content-type"] == "audio/opus"
         return b"".join(pieces), len(pieces)

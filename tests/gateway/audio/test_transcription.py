@@ -56,7 +56,8 @@ def named(data: bytes, name: str = "speech.wav") -> io.BytesIO:
 
 async def transcribe(rig: Rig, **kwargs: Any) -> Any:
     def call() -> Any:
-        return sdk(rig).audio.transcriptions.create(**kwargs)
+        with sdk(rig) as client:
+            return client.audio.transcriptions.create(**kwargs)
 
     return await trio.to_thread.run_sync(call)
 
@@ -133,9 +134,10 @@ async def test_content_types_of_the_text_formats(rig: Rig) -> None:
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDK marks translations so
 async def test_translations_with_the_sdk_and_unsupported_models(rig: Rig) -> None:
     def call() -> Any:
-        return sdk(rig).audio.translations.create(
-            model="whisper", file=named(wav(2), "talk.mp3"), response_format="verbose_json"
-        )
+        with sdk(rig) as client:
+            return client.audio.translations.create(
+                model="whisper", file=named(wav(2), "talk.mp3"), response_format="verbose_json"
+            )
 
     result = await trio.to_thread.run_sync(call)
     assert result.task == "translate" and result.language == "english"

@@ -32,41 +32,41 @@ async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def test_sdk_generates_b64_json_with_the_revised_prompt(rig: Rig) -> None:
-    client = sdk(rig)
-    result = await in_thread(
-        lambda: client.images.generate(
-            model="dalle3",
-            prompt="a lighthouse",
-            size="1024x1792",
-            quality="hd",
-            style="natural",
-            response_format="b64_json",
+    with sdk(rig) as client:
+        result = await in_thread(
+            lambda: client.images.generate(
+                model="dalle3",
+                prompt="a lighthouse",
+                size="1024x1792",
+                quality="hd",
+                style="natural",
+                response_format="b64_json",
+            )
         )
-    )
-    assert len(result.data) == 1
-    assert base64.b64decode(result.data[0].b64_json) == image_for("a lighthouse", 0)
-    assert result.data[0].revised_prompt == "A detailed rendering of: a lighthouse"
-    sent = image_requests(rig, "generations")[-1].json()
-    assert sent == {
-        "model": "dall-e-3",
-        "prompt": "a lighthouse",
-        "n": 1,
-        "size": "1024x1792",
-        "response_format": "b64_json",
-        "quality": "hd",
-        "style": "natural",
-    }
+        assert len(result.data) == 1
+        assert base64.b64decode(result.data[0].b64_json) == image_for("a lighthouse", 0)
+        assert result.data[0].revised_prompt == "A detailed rendering of: a lighthouse"
+        sent = image_requests(rig, "generations")[-1].json()
+        assert sent == {
+            "model": "dall-e-3",
+            "prompt": "a lighthouse",
+            "n": 1,
+            "size": "1024x1792",
+            "response_format": "b64_json",
+            "quality": "hd",
+            "style": "natural",
+        }
 
 
 async def test_sdk_url_is_the_default_and_always_asks_upstream_for_b64(rig: Rig) -> None:
-    client = sdk(rig)
-    result = await in_thread(lambda: client.images.generate(model="dalle2", prompt="fox", n=3))
-    assert len(result.data) == 3
-    for i, item in enumerate(result.data):
-        assert item.b64_json is None and item.url is not None
-        got = await rig.gateway.client.get(item.url)
-        assert got.status_code == 200 and got.content == image_for("fox", i)
-    assert image_requests(rig, "generations")[-1].json()["response_format"] == "b64_json"
+    with sdk(rig) as client:
+        result = await in_thread(lambda: client.images.generate(model="dalle2", prompt="fox", n=3))
+        assert len(result.data) == 3
+        for i, item in enumerate(result.data):
+            assert item.b64_json is None and item.url is not None
+            got = await rig.gateway.client.get(item.url)
+            assert got.status_code == 200 and got.content == image_for("fox", i)
+        assert image_requests(rig, "generations")[-1].json()["response_format"] == "b64_json"
 
 
 async def test_diffusion_fields_are_forwarded(rig: Rig) -> None:
@@ -141,10 +141,10 @@ async def test_content_policy_refusal_is_400_content_policy_violation(rig: Rig) 
     r = await generate(rig, {"model": "dalle3", "prompt": "something forbidden"})
     assert r.status_code == 400
     assert error_of(r)["code"] == "content_policy_violation"
-    client = sdk(rig)
-    with pytest.raises(openai.BadRequestError) as caught:
-        await in_thread(lambda: client.images.generate(model="dalle2", prompt="forbidden"))
-    assert caught.value.code == "content_policy_violation"
+    with sdk(rig) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await in_thread(lambda: client.images.generate(model="dalle2", prompt="forbidden"))
+        assert caught.value.code == "content_policy_violation"
 
 
 async def test_an_upstream_answering_with_a_url_is_502_never_fetched(rig: Rig) -> None:

@@ -35,48 +35,48 @@ async def post_form(rig: Rig, path: str, data: dict[str, str], files: dict[str, 
 
 
 async def test_sdk_edit_with_mask(rig: Rig) -> None:
-    client = sdk(rig)
-    result = await in_thread(
-        lambda: client.images.edit(
-            model="dalle2",
-            image=("in.png", PNG, "image/png"),
-            mask=("mask.png", MASK, "image/png"),
-            prompt="add a hat",
-            n=2,
-            size="512x512",
-            response_format="b64_json",
+    with sdk(rig) as client:
+        result = await in_thread(
+            lambda: client.images.edit(
+                model="dalle2",
+                image=("in.png", PNG, "image/png"),
+                mask=("mask.png", MASK, "image/png"),
+                prompt="add a hat",
+                n=2,
+                size="512x512",
+                response_format="b64_json",
+            )
         )
-    )
-    assert [base64.b64decode(d.b64_json) for d in result.data] == [
-        image_for("add a hat", 0),
-        image_for("add a hat", 1),
-    ]
-    sent = image_requests(rig, "edits")[-1]
-    parts = form_parts(sent)
-    assert parts["model"] == b"dall-e-2" and parts["response_format"] == b"b64_json"
-    assert parts["image"] == PNG and parts["mask"] == MASK
-    assert (parts["n"], parts["size"], parts["prompt"]) == (b"2", b"512x512", b"add a hat")
+        assert [base64.b64decode(d.b64_json) for d in result.data] == [
+            image_for("add a hat", 0),
+            image_for("add a hat", 1),
+        ]
+        sent = image_requests(rig, "edits")[-1]
+        parts = form_parts(sent)
+        assert parts["model"] == b"dall-e-2" and parts["response_format"] == b"b64_json"
+        assert parts["image"] == PNG and parts["mask"] == MASK
+        assert (parts["n"], parts["size"], parts["prompt"]) == (b"2", b"512x512", b"add a hat")
 
 
 async def test_sdk_variation_answers_urls(rig: Rig) -> None:
-    client = sdk(rig)
+    with sdk(rig) as client:
 
-    def create_variation() -> Any:
-        # The SDK marks create_variation deprecated (OpenAI's dall-e-2 retirement); the
-        # route is SPEC's all the same.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return client.images.create_variation(
-                model="flux", image=("in.png", PNG, "image/png"), n=2
-            )
+        def create_variation() -> Any:
+            # The SDK marks create_variation deprecated (OpenAI's dall-e-2 retirement); the
+            # route is SPEC's all the same.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return client.images.create_variation(
+                    model="flux", image=("in.png", PNG, "image/png"), n=2
+                )
 
-    result = await in_thread(create_variation)
-    assert len(result.data) == 2
-    for item in result.data:
-        got = await rig.gateway.client.get(item.url)
-        assert got.status_code == 200 and got.content.startswith(b"\x89PNG")
-    parts = form_parts(image_requests(rig, "variations")[-1])
-    assert parts["model"] == b"flux-schnell" and "prompt" not in parts
+        result = await in_thread(create_variation)
+        assert len(result.data) == 2
+        for item in result.data:
+            got = await rig.gateway.client.get(item.url)
+            assert got.status_code == 200 and got.content.startswith(b"\x89PNG")
+        parts = form_parts(image_requests(rig, "variations")[-1])
+        assert parts["model"] == b"flux-schnell" and "prompt" not in parts
 
 
 @pytest.mark.parametrize(
