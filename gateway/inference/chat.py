@@ -5,11 +5,7 @@ translated both ways."""
 
 from __future__ import annotations
 
-from functools import partial
-
-import trio
-
-from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
+from actors.relay import FrameSource, OpenAIFrames
 from actors.upstream import UpstreamBadResponse, UpstreamClient, UpstreamError
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
@@ -18,7 +14,8 @@ from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel
-from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
+from gateway.inference.sse_response import Pump
+from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol import anthropic
@@ -147,30 +144,8 @@ class ChatCompletions:
             frames = OpenAIFrames(ChunkRelay(model=model.id, include_usage=include_usage))
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
-        failure: UpstreamError | None = None
         try:
-            async with trio.open_nursery() as streams:
-                streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
-                send_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
-                try:
-                    await streams.start(
-                        partial(deps.relays.relay, api_key=call.own_key),
-                        client,
-                        path,
-                        upstream_body,
-                        frames,
-                        send_ch,
-                    )
-                except UpstreamError as exc:  # before any byte was sent: a JSON error
-                    failure = exc
-                    recv_ch.close()
-                else:
-                    http.started = True
-                    await start_sse(http.scope, http.send, http.headers)
-                    await pump.run(recv_ch)
-                streams.cancel_scope.cancel()
-            if failure is not None:
-                raise await upstream_failure(call, deps, failure) from None
+            await relay_to_client(call, deps, client, path, upstream_body, frames, pump)
         finally:
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, or the stream broke).

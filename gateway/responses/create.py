@@ -15,16 +15,16 @@ from functools import partial
 from typing import Any
 
 import msgspec
-import trio
 
-from actors.relay import CHANNEL_CAPACITY, FrameSource, OpenAIFrames
+from actors.relay import FrameSource, OpenAIFrames
 from actors.upstream import UpstreamClient, UpstreamError
 from gateway.config import ModelConfig
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.model_registry import ResolvedModel
-from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
+from gateway.inference.sse_response import Pump
+from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.responses.context import build_context
 from gateway.responses.deps import ResponsesDeps
@@ -194,7 +194,6 @@ class CreateResponse:
             frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
-        failure: UpstreamError | None = None
 
         async def before_last() -> None:
             final = frames.response
@@ -205,30 +204,9 @@ class CreateResponse:
                     await save(final)
 
         try:
-            async with trio.open_nursery() as streams:
-                streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
-                send_ch, relayed = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
-                try:
-                    await streams.start(
-                        partial(deps.relays.relay, api_key=call.own_key),
-                        client,
-                        path,
-                        upstream_body,
-                        frames,
-                        send_ch,
-                    )
-                except UpstreamError as exc:  # before any byte was sent: a JSON error
-                    failure = exc
-                    relayed.close()
-                else:
-                    http.started = True
-                    await start_sse(http.scope, http.send, http.headers)
-                    out_ch, recv_ch = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
-                    streams.start_soon(_hold_last, relayed, out_ch, before_last)
-                    await pump.run(recv_ch)
-                streams.cancel_scope.cancel()
-            if failure is not None:
-                raise await upstream_failure(call, deps, failure) from None
+            await relay_to_client(
+                call, deps, client, path, upstream_body, frames, pump, before_last=before_last
+            )
         finally:
             # What was relayed is accounted, as for chat: reported usage when the upstream
             # sent it, otherwise an estimate (the client left, or the stream broke).
@@ -239,24 +217,6 @@ class CreateResponse:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 call.charge(usage, price)
-
-
-async def _hold_last(
-    source: trio.MemoryReceiveChannel[bytes],
-    sink: trio.MemorySendChannel[bytes],
-    before_last: Callable[[], Awaitable[None]],
-) -> None:
-    """Forward every batch, holding back the last one until `before_last` is done (the relay
-    sends a stream's closing frames as its last batch)."""
-    async with source, sink:
-        held: bytes | None = None
-        async for batch in source:
-            if held is not None:
-                await sink.send(held)
-            held = batch
-        await before_last()
-        if held is not None:
-            await sink.send(held)
 
 
 def is_native(model: ResolvedModel) -> bool:

@@ -1,0 +1,81 @@
+"""Relaying one upstream stream to the client as SSE, shared by chat completions and
+responses: the relay (actors/relay.py) reads and translates the upstream, a `Pump` writes the
+frames, and a client that leaves cancels both. An upstream failure before any byte was sent is
+the client's JSON error; after that the frame source ends the stream its own way."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+from actors.relay import CHANNEL_CAPACITY, FrameSource
+from actors.upstream import UpstreamClient, UpstreamError
+from gateway.inference.call import Call
+from gateway.inference.deps import InferenceDeps
+from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
+from gateway.inference.upstream_errors import upstream_failure
+
+
+async def relay_to_client(
+    call: Call,
+    deps: InferenceDeps,
+    client: UpstreamClient,
+    path: str,
+    upstream_body: bytes,
+    frames: FrameSource,
+    pump: Pump,
+    *,
+    before_last: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Stream `path`'s answer to the client through `frames` and `pump` (the caller's, so
+    that `pump.frames_sent` stays readable for accounting whatever happens). With
+    `before_last`, the relay's last batch (the stream's closing frames) waits until it has
+    run. Raises the APIError of an upstream that failed before the stream started."""
+    http = call.request
+    failure: UpstreamError | None = None
+    async with trio.open_nursery() as streams:
+        streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
+        send_ch, relayed = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+        try:
+            await streams.start(
+                partial(deps.relays.relay, api_key=call.own_key),
+                client,
+                path,
+                upstream_body,
+                frames,
+                send_ch,
+            )
+        except UpstreamError as exc:  # before any byte was sent: a JSON error
+            failure = exc
+            relayed.close()
+        else:
+            http.started = True
+            await start_sse(http.scope, http.send, http.headers)
+            if before_last is not None:
+                held_ch, relayed_held = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+                streams.start_soon(_hold_last, relayed, held_ch, before_last)
+                relayed = relayed_held
+            await pump.run(relayed)
+        streams.cancel_scope.cancel()
+    if failure is not None:
+        raise await upstream_failure(call, deps, failure) from None
+
+
+async def _hold_last(
+    source: trio.MemoryReceiveChannel[bytes],
+    sink: trio.MemorySendChannel[bytes],
+    before_last: Callable[[], Awaitable[None]],
+) -> None:
+    """Forward every batch, holding back the last one until `before_last` is done (the relay
+    sends a stream's closing frames as its last batch)."""
+    async with source, sink:
+        held: bytes | None = None
+        async for batch in source:
+            if held is not None:
+                await sink.send(held)
+            held = batch
+        await before_last()
+        if held is not None:
+            await sink.send(held)
