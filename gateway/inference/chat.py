@@ -5,13 +5,13 @@ translated both ways."""
 
 from __future__ import annotations
 
-from actors.relay import FrameSource, OpenAIFrames
-from actors.upstream import UpstreamBadResponse, UpstreamClient, UpstreamError
+from actors.upstream import UpstreamClient, UpstreamError
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
+from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.sse_response import Pump
@@ -21,10 +21,7 @@ from gateway.web.request import Request
 from protocol import anthropic
 from protocol.openai_chat import (
     ChatRequest,
-    ChunkRelay,
-    UpstreamProtocolError,
     parse_chat_request,
-    rewrite_model_in_object,
     rewrite_request,
 )
 from protocol.pricing import estimate_tokens
@@ -110,17 +107,9 @@ class ChatCompletions:
     ) -> bytes:
         try:
             content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+            out, usage = chat_answer(content, model)
         except UpstreamError as exc:
             raise await upstream_failure(call, self._deps, exc) from None
-        try:
-            if model.provider.kind == "anthropic":
-                out, usage = anthropic.from_messages_response(content, model=model.id)
-            else:
-                out, maybe_usage = rewrite_model_in_object(content, model.id)
-                usage = maybe_usage or Usage()
-        except UpstreamProtocolError as exc:  # valid HTTP, but not a chat completion
-            bad = UpstreamBadResponse(model.provider.name, str(exc))
-            raise await upstream_failure(call, self._deps, bad) from None
         call.charge(usage, price)
         return out
 
@@ -137,11 +126,7 @@ class ChatCompletions:
     ) -> None:
         deps = self._deps
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        frames: FrameSource
-        if model.provider.kind == "anthropic":
-            frames = anthropic.StreamTranslator(model=model.id, include_usage=include_usage)
-        else:
-            frames = OpenAIFrames(ChunkRelay(model=model.id, include_usage=include_usage))
+        frames = chat_frames(model, include_usage=include_usage)
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
         try:

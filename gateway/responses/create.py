@@ -16,12 +16,12 @@ from typing import Any
 
 import msgspec
 
-from actors.relay import FrameSource, OpenAIFrames
-from actors.upstream import UpstreamClient, UpstreamError
+from actors.upstream import UpstreamBadResponse, UpstreamClient, UpstreamError
 from gateway.config import ModelConfig
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
+from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.sse_response import Pump
 from gateway.inference.streaming import relay_to_client
@@ -30,8 +30,8 @@ from gateway.responses.context import build_context
 from gateway.responses.deps import ResponsesDeps
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.errors import APIError, invalid_request
-from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, rewrite_model_in_object
+from protocol.errors import invalid_request
+from protocol.openai_chat import UpstreamProtocolError
 from protocol.pricing import estimate_tokens
 from protocol.responses.from_chat import response_from_chat
 from protocol.responses.native import NativeStream, native_request, native_response
@@ -49,15 +49,6 @@ encode_json = msgspec.json.encode
 
 CAPABILITY = "responses"
 MAX_CONTEXT_BYTES = 32 * 1024 * 1024  # the chat request a chain may grow to
-
-
-def bad_upstream_answer(provider: str) -> APIError:
-    return APIError(
-        502,
-        f"The upstream provider {provider!r} sent an answer that is not a chat completion.",
-        type="upstream_error",
-        code="upstream_bad_response",
-    )
 
 
 class CreateResponse:
@@ -141,27 +132,22 @@ class CreateResponse:
         price: ModelConfig | None,
         skeleton: ResponseObject,
     ) -> ResponseObject | dict[str, Any]:
-        try:
-            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
-        except UpstreamError as exc:
-            raise await upstream_failure(call, self._deps.inference, exc) from None
         completed_at = self._deps.store.clock() // 1_000_000
         response: ResponseObject | dict[str, Any]
         try:
-            if is_native(model):
-                response, usage = native_response(content, skeleton, completed_at=completed_at)
-            else:
-                if model.provider.kind == "anthropic":
-                    chat, usage = anthropic.from_messages_response(content, model=model.id)
+            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+            try:
+                if is_native(model):
+                    response, usage = native_response(content, skeleton, completed_at=completed_at)
                 else:
-                    chat, maybe_usage = rewrite_model_in_object(content, model.id)
-                    usage = maybe_usage or Usage()
-                response = response_from_chat(
-                    chat, skeleton, usage=usage, completed_at=completed_at
-                )
-        except (UpstreamProtocolError, ValueError, RecursionError):
-            # Not a chat completion or response (a JSON array, nesting thousands deep, ...).
-            raise bad_upstream_answer(model.provider.name) from None
+                    chat, usage = chat_answer(content, model)
+                    response = response_from_chat(
+                        chat, skeleton, usage=usage, completed_at=completed_at
+                    )
+            except UpstreamProtocolError as exc:  # not a chat completion or a response
+                raise UpstreamBadResponse(model.provider.name, str(exc)) from None
+        except UpstreamError as exc:
+            raise await upstream_failure(call, self._deps.inference, exc) from None
         # Charged once translated: the upstream did the work whatever happens next.
         call.charge(usage, price)
         return response
@@ -186,11 +172,7 @@ class CreateResponse:
         if is_native(model):
             frames = NativeStream(skeleton, clock=lambda: clock() / 1_000_000)
         else:
-            inner: FrameSource
-            if model.provider.kind == "anthropic":
-                inner = anthropic.StreamTranslator(model=model.id, include_usage=True)
-            else:
-                inner = OpenAIFrames(ChunkRelay(model=model.id, include_usage=True))
+            inner = chat_frames(model, include_usage=True)
             frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
         http = call.request
         pump = Pump(http.send, deps.sse_keepalive_s)
