@@ -32,8 +32,10 @@ RELEASED = "released"
 NO_BILLING = "none"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobRecord:
+    """One job's row. The fields with defaults are what the watcher fills in later."""
+
     id: str
     org_id: str
     model: str
@@ -47,29 +49,29 @@ class JobRecord:
     suffix: str | None
     seed: int
     status: str
-    fine_tuned_model: str | None
-    provider_job_id: str | None
-    provider_training_file: str | None
-    provider_validation_file: str | None
-    provider_model: str | None
-    dataset_tokens: int | None
-    trained_tokens: int | None
-    error_code: str | None
-    error_message: str | None
-    error_param: str | None
+    fine_tuned_model: str | None = None
+    provider_job_id: str | None = None
+    provider_training_file: str | None = None
+    provider_validation_file: str | None = None
+    provider_model: str | None = None
+    dataset_tokens: int | None = None
+    trained_tokens: int | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    error_param: str | None = None
     byok: bool
     training_usd_per_mtok: Decimal | None
     fee_percent: Decimal
     hold_micros: int
-    charged_micros: int | None
+    charged_micros: int | None = None
     billing: str
-    provider_cancel: bool
+    provider_cancel: bool = False
     estimated_finish: int
     created_at: int
     updated_at: int
-    finished_at: int | None
-    lease_owner: str | None
-    lease_expires_at: int | None
+    finished_at: int | None = None
+    lease_owner: str | None = None
+    lease_expires_at: int | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(JobRecord))
