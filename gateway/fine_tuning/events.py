@@ -7,6 +7,7 @@ stops the stream at once (as chat streams: gateway/inference/sse_response.py).""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import msgspec
 import trio
@@ -61,7 +62,9 @@ async def send_event_stream(
         nursery.start_soon(cancel_on_disconnect, request.receive, nursery.cancel_scope)
         request.started = True
         await start_sse(request.scope, send, request.headers)
-        async for frame in event_stream(jobs, job_id, poll_s=poll_s, keepalive_s=keepalive_s):
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        frames = event_stream(jobs, job_id, poll_s=poll_s, keepalive_s=keepalive_s)
+        async with aclosing(frames):  # closed here, not by the garbage collector, on cancel
+            async for frame in frames:
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         nursery.cancel_scope.cancel()
