@@ -6,7 +6,7 @@ stops the stream at once (as chat streams: gateway/inference/sse_response.py).""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 import msgspec
@@ -24,7 +24,7 @@ _PAGE = 100
 
 async def event_stream(
     jobs: FineTuningRepository, job_id: str, *, poll_s: float, keepalive_s: float
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     seq = 0
     last_sent = trio.current_time()
     while True:
