@@ -75,7 +75,7 @@ async def _file(
 
 async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobRecord:
     model = _model(deps, body.model)
-    now = deps.watcher.clock.now_us()
+    now = deps.clock.now_us()
     training = await _file(deps, org_id, body.training_file, "training_file", now)
     if body.validation_file is not None:
         await _file(deps, org_id, body.validation_file, "validation_file", now)
@@ -131,7 +131,7 @@ async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobR
         await deps.jobs.create(job, note, description=description)
     else:
         await _create_held(deps, job, note, description)
-    deps.watcher.wake()
+    deps.wake_watcher()
     return job
 
 

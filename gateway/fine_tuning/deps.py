@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.accountant import Accountant
-from actors.fine_tuning import FineTuningWatcher
 from actors.fine_tuning.steps import BalanceChanged
+from actors.webhooks.clock import WallClock
 from gateway.config.schema import FineTuningConfig
 from gateway.files.store import FileStore
 from gateway.inference.model_registry import ModelRegistry
@@ -22,7 +23,8 @@ class FineTuningDeps:
     accountant: Accountant
     billing: bool  # `[billing] enabled`: hold and charge training
     provider_keys: ProviderKeyResolver
-    watcher: FineTuningWatcher
+    wake_watcher: Callable[[], None]  # a job was created or cancelled: look now
+    clock: WallClock  # the watcher's, so stored times agree with its leases and polls
     balance_changed: BalanceChanged
     config: FineTuningConfig
     sse_keepalive_s: float

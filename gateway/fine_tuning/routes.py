@@ -126,7 +126,7 @@ def routes(deps: FineTuningDeps) -> Routes:
             owner=None,
             from_=list(ACTIVE),
             to=CANCELLED,
-            now=deps.watcher.clock.now_us(),
+            now=deps.clock.now_us(),
             note=Note("The job was cancelled", level="warn"),
             changes={"provider_cancel": True},
         )
@@ -141,7 +141,7 @@ def routes(deps: FineTuningDeps) -> Routes:
         record, refund = moved
         if refund:
             await deps.balance_changed(record.org_id, refund)
-        deps.watcher.wake()  # tells the provider
+        deps.wake_watcher()  # tells the provider
         return json_response(job_view(record))
 
     @r.operation(
