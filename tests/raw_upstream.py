@@ -9,6 +9,7 @@ the script every request gets `OK`.
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -165,3 +166,23 @@ def repeated(block: bytes, total: int) -> Iterator[bytes]:
     """`total` bytes as `block`s, without holding them all."""
     for _ in range(total // len(block)):
         yield block
+
+
+def completion(content: object) -> bytes:
+    """A `chat.completion` body answering `content` (any JSON value, to test hostile ones)."""
+    return json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "r",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    ).encode()

@@ -4,7 +4,6 @@ serving. A stream of garbage ends `response.failed`, not stored."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import trio
 
 from tests.harness import Gateway, gateway_config, running_gateway
-from tests.raw_upstream import RawUpstream, chunked, ok, serve_raw_upstream
+from tests.raw_upstream import RawUpstream, chunked, completion, ok, serve_raw_upstream
 
 
 @pytest.fixture
@@ -54,25 +53,6 @@ output_usd_per_mtok = 1
             await gw.client.post("/v1/credits/topup", json={"amount_usd": 10}, headers=gw.auth())
             yield gw, raw, key["key"]
         nursery.cancel_scope.cancel()
-
-
-def completion(content: object) -> bytes:
-    return json.dumps(
-        {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "r",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-    ).encode()
 
 
 HOSTILE = {

@@ -24,6 +24,7 @@ from tests.raw_upstream import (
     Lazy,
     RawUpstream,
     Reply,
+    completion,
     ok,
     repeated,
     serve_raw_upstream,
@@ -32,25 +33,6 @@ from tests.raw_upstream import (
 MAX_RESPONSE = 8 << 20
 MESSAGES = [{"role": "user", "content": "hi"}]
 H = b"HTTP/1.1 200 OK\r\n"
-
-
-def completion(content: str) -> bytes:
-    return json.dumps(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "r",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-    ).encode()
 
 
 def sse_chunk(content: str) -> bytes:
