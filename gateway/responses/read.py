@@ -89,17 +89,12 @@ def page(
     if before is not None:
         end = _index(ids, before, "before")
     window = ordered[start:end]
-    if after is None and before is not None:
-        data = window[-limit:]
-        has_more = len(window) > limit
-    else:
-        data = window[:limit]
-        has_more = len(window) > limit
+    data = window[-limit:] if after is None and before is not None else window[:limit]
     return InputItemList(
         data=data,
         first_id=str(data[0]["id"]) if data else None,
         last_id=str(data[-1]["id"]) if data else None,
-        has_more=has_more,
+        has_more=len(window) > limit,
     )
 
 
