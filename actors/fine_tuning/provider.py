@@ -5,31 +5,24 @@ ProviderJobInvalid."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterable, AsyncIterator
 
 import msgspec
 
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.fine_tuning.provider import ProviderJob, find_job_for_file, read_file_id, read_job
+from protocol.multipart_form import FormEncoder
 
 
 async def _form(
-    boundary: str, filename: str, content: AsyncIterable[bytes]
+    encoder: FormEncoder, filename: str, content: AsyncIterable[bytes]
 ) -> AsyncIterator[bytes]:
-    dash = f"--{boundary}\r\n".encode()
-    yield dash + b'Content-Disposition: form-data; name="purpose"\r\n\r\nfine-tune\r\n'
-    yield (
-        dash
-        + (
-            f'Content-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-            "Content-Type: application/jsonl\r\n\r\n"
-        ).encode()
-    )
+    yield encoder.field("purpose", "fine-tune")
+    yield encoder.file_head("file", filename, "application/jsonl")
     async for piece in content:
         if piece:
             yield piece
-    yield f"\r\n--{boundary}--\r\n".encode()
+    yield encoder.file_end() + encoder.end()
 
 
 class FineTuningAPI:
@@ -40,11 +33,11 @@ class FineTuningAPI:
     async def upload(self, filename: str, content: AsyncIterable[bytes]) -> str:
         """The provider's id of the uploaded file. `filename` is ours (an id), never a
         client's."""
-        boundary = "gateway-" + os.urandom(16).hex()
+        encoder = FormEncoder()
         async with self._client.post_streamed(
             "files",
-            _form(boundary, filename, content),
-            content_type=f"multipart/form-data; boundary={boundary}",
+            _form(encoder, filename, content),
+            content_type=encoder.content_type,
             api_key=self._key,
         ) as response:
             with mapped_errors(self._client.name):

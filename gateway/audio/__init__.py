@@ -1,6 +1,6 @@
 """The audio routes (SPEC "Audio"): text-to-speech relayed as the provider makes it
 (`speech`), and transcription and translation uploads streamed to the provider without being
-held (`transcription`, `upstream_form`). Wire formats are in protocol/audio/."""
+held (`transcription`). Wire formats are in protocol/audio/."""
 
 from gateway.audio.routes import COMPLETION_ROUTES, FORM_OVERHEAD_BYTES, routes
 

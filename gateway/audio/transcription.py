@@ -16,7 +16,6 @@ from decimal import Decimal
 import msgspec
 
 from actors.upstream import UpstreamError, mapped_errors
-from gateway.audio.upstream_form import UpstreamForm
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
@@ -36,9 +35,20 @@ from protocol.audio.transcription import (
     supports_translation,
 )
 from protocol.errors import APIError, invalid_request
+from protocol.multipart_form import FormEncoder
 
 # What one form may hold: the file, the seven documented fields, and a few an SDK may add.
 FORM_LIMITS = MultipartLimits(max_parts=16)
+# The file part's Content-Type upstream, by the extension the provider reads the format from.
+_FILE_TYPES = {
+    "mp3": "audio/mpeg",
+    "mpga": "audio/mpeg",
+    "mpeg": "audio/mpeg",
+    "mp4": "audio/mp4",
+    "m4a": "audio/mp4",
+    "wav": "audio/wav",
+    "webm": "audio/webm",
+}
 # The most the form adds to its file (every other part's headers and value, and boundaries):
 # the route's body limit is the file limit plus this.
 FORM_OVERHEAD_BYTES = FORM_LIMITS.max_parts * (
@@ -156,7 +166,7 @@ class _Upload:
     bytes, for the duration when the provider reports none)."""
 
     def __init__(self, max_file_bytes: int) -> None:
-        self.form = UpstreamForm()
+        self.form = FormEncoder()
         self.size = 0
         self.head = b""
         self._max = max_file_bytes
@@ -175,7 +185,10 @@ class _Upload:
         before = [encode.field("model", upstream_model)]
         before.append(encode.field("response_format", "verbose_json"))
         before += [encode.field(name, value) for name, value in forwarded]
-        yield b"".join(before) + encode.file_head(extension)
+        # The provider sees `audio.<extension>` (what it reads the format from), never the
+        # client's filename.
+        content_type = _FILE_TYPES.get(extension, "application/octet-stream")
+        yield b"".join(before) + encode.file_head("file", f"audio.{extension}", content_type)
         async for data in file_part:
             self.size += len(data)
             if self.size > self._max:

@@ -4,9 +4,10 @@ b64_json. No I/O."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from protocol.multipart_form import FormEncoder
 
 
 @dataclass(frozen=True)
@@ -19,27 +20,25 @@ class FilePart:
 
 class UpstreamForm:
     def __init__(self, fields: Sequence[tuple[str, str]], files: Sequence[FilePart]) -> None:
-        self.boundary = "gateway-" + os.urandom(16).hex()
+        self._encoder = FormEncoder()
         self._fields = fields
         self._files = files
 
     @property
+    def boundary(self) -> str:
+        return self._encoder.boundary
+
+    @property
     def content_type(self) -> str:
-        return f"multipart/form-data; boundary={self.boundary}"
+        return self._encoder.content_type
 
     def pieces(self) -> Iterator[bytes]:
         """The body, a part at a time (a file's bytes are one piece, not copied)."""
-        dash = f"--{self.boundary}\r\n".encode()
+        encoder = self._encoder
         for name, value in self._fields:
-            yield dash
-            yield f'Content-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
-            yield value.encode() + b"\r\n"
+            yield encoder.field(name, value)
         for part in self._files:
-            yield dash
-            yield (
-                f'Content-Disposition: form-data; name="{part.name}";'
-                f' filename="{part.filename}"\r\nContent-Type: {part.content_type}\r\n\r\n'
-            ).encode()
+            yield encoder.file_head(part.name, part.filename, part.content_type)
             yield part.data
-            yield b"\r\n"
-        yield f"--{self.boundary}--\r\n".encode()
+            yield encoder.file_end()
+        yield encoder.end()
