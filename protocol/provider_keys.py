@@ -25,15 +25,18 @@ class ProviderKeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     api_key: ApiKeyValue
 
     def __post_init__(self) -> None:
-        # Header-breaking characters would be refused by the provider anyway; refuse them here,
-        # before the value is sent anywhere.
-        if self.api_key != self.api_key.strip() or any(
-            ord(c) < 0x20 or ord(c) == 0x7F for c in self.api_key
-        ):
+        # The value is sent as a header: only visible ASCII can be one (CR/LF would inject
+        # headers, anything past latin-1 cannot be encoded). Refused before it goes anywhere.
+        if not sendable_as_header(self.api_key):
             raise invalid_request(
-                "`api_key` must not have whitespace at its ends or contain control characters.",
+                "`api_key` must be visible ASCII characters only (no spaces or controls).",
                 param="api_key",
             )
+
+
+def sendable_as_header(api_key: str) -> bool:
+    """Whether a provider key can be sent as a header value as it is: visible ASCII only."""
+    return all("!" <= c <= "~" for c in api_key)
 
 
 class ProviderKey(msgspec.Struct, kw_only=True):

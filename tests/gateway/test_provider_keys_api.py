@@ -161,6 +161,10 @@ async def test_unknown_provider_is_400_without_calling_anyone(rig: Rig) -> None:
         ({"provider": "sim", "api_key": GOOD, "name": "x"}, "name"),
         ({"provider": "sim", "api_key": f" {GOOD}"}, "api_key"),
         ({"provider": "sim", "api_key": "sk-line\r\nX-Injected: 1"}, "api_key"),
+        # Found by schemathesis: characters a header cannot carry were a 500 (latin-1).
+        ({"provider": "sim", "api_key": "sk-\U00087cf5-0123456789"}, "api_key"),
+        ({"provider": "sim", "api_key": "sk-caf\u00e9-0123456789"}, "api_key"),
+        ({"provider": "sim", "api_key": "sk-two words-0123456789"}, "api_key"),
     ],
 )
 async def test_invalid_bodies_are_400_with_the_param(
