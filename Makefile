@@ -13,7 +13,7 @@ PIP_TOOLS := pip-tools==7.6.2
 COMPILE := .venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --resolver=backtracking
 
-.PHONY: install serve test lint fmt typecheck unit migrate lock clean
+.PHONY: install serve test lint fmt typecheck unit fuzz migrate lock clean
 
 # `make` alone: the runtime and dev dependencies, nothing run.
 install: $(DEV_STAMP)
@@ -52,6 +52,13 @@ unit: $(DEV_STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# Schemathesis against /openapi.json, longer than the bounded run in `make test`
+# (tests/gateway/fuzz_rig.py). FUZZ_EXAMPLES per operation; with GATEWAY_TEST_DATABASE_URL
+# set, once more on PostgreSQL.
+FUZZ_EXAMPLES ?= 500
+fuzz: $(DEV_STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/gateway/test_openapi_fuzz.py -s $(PYTEST_ARGS)
 
 # Needs the package registry; commit both files with the pyproject.toml change.
 lock:
