@@ -32,7 +32,7 @@ def test_default_is_the_local_store(tmp_path: Path) -> None:
     assert load(tmp_path, '[files]\nstore = "local"\n') == FilesConfig()
 
 
-def test_contract_example_with_credentials_from_the_environment(tmp_path: Path) -> None:
+def test_s3_example_with_credentials_from_the_environment(tmp_path: Path) -> None:
     files = load(tmp_path, S3_EXAMPLE, AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET)
     assert files == FilesConfig(
         store="s3",
