@@ -1,7 +1,7 @@
-# The two commands a newcomer needs: `make serve` and `make test`.
-# Both bootstrap .venv from nothing but Python 3.11+ and make, installing exactly the versions
-# (and file hashes) in requirements/*.lock.txt, which CI tested. `make lock` regenerates them
-# from pyproject.toml after a dependency changes.
+# The two commands a newcomer needs: `make serve` and `make test` (and `make bench` for the
+# bench suite). Each bootstraps .venv from nothing but Python 3.11+ and make, installing exactly
+# the versions (and file hashes) in requirements/*.lock.txt, which CI tested. `make lock`
+# regenerates them from pyproject.toml after a dependency changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,11 +9,14 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 LOCK := requirements/runtime.lock.txt
 DEV_LOCK := requirements/dev.lock.txt
+BENCH_STAMP := $(VENV)/.installed-bench
+BENCH_LOCK := requirements/bench.lock.txt
+BENCH_ARGS ?= suite
 PIP_TOOLS := pip-tools==7.6.2
 COMPILE := .venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --resolver=backtracking
 
-.PHONY: install serve test lint fmt typecheck unit fuzz migrate lock clean
+.PHONY: install serve test lint fmt typecheck unit fuzz migrate bench lock clean
 
 # `make` alone: the runtime and dev dependencies, nothing run.
 install: $(DEV_STAMP)
@@ -28,6 +31,12 @@ $(STAMP): $(LOCK) pyproject.toml | $(BIN)/python
 
 $(DEV_STAMP): $(DEV_LOCK) $(STAMP)
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
+	touch $@
+
+# The `bench` extra (matplotlib, for the plots) next to the runtime, keeping the editable
+# install (`pip install '.[bench]'` would replace it with a copy of the tree).
+$(BENCH_STAMP): $(BENCH_LOCK) $(STAMP)
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(BENCH_LOCK)
 	touch $@
 
 serve: $(STAMP)
@@ -60,12 +69,19 @@ FUZZ_EXAMPLES ?= 500
 fuzz: $(DEV_STAMP)
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/gateway/test_openapi_fuzz.py -s $(PYTEST_ARGS)
 
-# Needs the package registry; commit both files with the pyproject.toml change.
+# `gateway bench $(BENCH_ARGS)`: the standard suite by default (about 3 minutes; bench/README.md);
+# e.g. make bench BENCH_ARGS="suite --duration 5 --out bench/out", or "files --mb 100".
+bench: $(BENCH_STAMP)
+	$(BIN)/gateway bench $(BENCH_ARGS)
+
+# Needs the package registry; commit the three files with the pyproject.toml change. The bench
+# lock is constrained to the dev lock's versions: both are installed into the same .venv.
 lock:
 	test -x .venv-lock/bin/pip-compile || \
 		($(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install --quiet $(PIP_TOOLS))
 	$(COMPILE) -o $(LOCK) pyproject.toml requirements/build.in
 	$(COMPILE) --extra dev -o $(DEV_LOCK) pyproject.toml requirements/build.in
+	$(COMPILE) --extra bench -c $(DEV_LOCK) -o $(BENCH_LOCK) pyproject.toml requirements/build.in
 
 clean:
 	rm -rf $(VENV) .venv-lock var .mypy_cache .pytest_cache .ruff_cache

@@ -1,7 +1,7 @@
 """The Actor base class: the one interface a supervisor needs from a long-lived task.
 
 An actor owns its state and runs until it returns (it retires) or is cancelled (it is stopped).
-This module defines only the contract; restarting, naming rules and the tree live in
+This module defines only what an actor is; restarting, naming rules and the tree live in
 `actors.supervisor`, mailboxes in `actors.inbox`. It must not import either of them.
 """
 

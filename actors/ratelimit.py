@@ -8,8 +8,9 @@ state and the clock. Two backends share one interface, `RateLimiter`:
 - `RedisRateLimiter`: the TAT lives in Redis and each admission is one atomic Lua script timed
   by Redis's own clock, so all instances sharing the Redis share one limit, exactly.
 
-Design note. DESIGN.md sketches per-key actors reached by messages. Here one actor owns all
-keys and admission is a direct ``await limiter.admit(key_id, rpm)``, not a message:
+Design note. The obvious actor design is one actor per key, reached by messages. Here one
+actor owns all keys and admission is a direct ``await limiter.admit(key_id, rpm)``, not a
+message:
 
 - locally, admission is an O(1) computation with no await inside; a message round trip per
   request would add two task switches for no isolation gain on a single-threaded Trio loop;

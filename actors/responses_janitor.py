@@ -1,4 +1,4 @@
-"""The responses janitor: deletes stored responses whose 30 days are over (SPEC "Limits").
+"""The responses janitor: deletes stored responses whose 30 days are over (docs/responses.md).
 
 Lookups already treat an expired row as absent (gateway/responses/store.py); this only frees
 the space. Every `interval_s`, in batches until one comes back short. Several instances may run

@@ -257,7 +257,8 @@ def _write_outputs(out: Path, rows: list[Row]) -> None:
         written += write_plots(out, rows)
     except ImportError:
         print(
-            "bench: matplotlib is not installed (pip install '.[bench]'): no plots", file=sys.stderr
+            "bench: matplotlib is not installed (`make bench` installs it): no plots",
+            file=sys.stderr,
         )
     for path in written:
         print(f"wrote {path}")

@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, migrate, admin (see CONTRACT.md)."""
+"""The `gateway` command: serve, migrate, admin, bench (README.md, docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The request is translated in `protocol/anthropic_request.py` (re-exported here); this module
 turns the answer (a message, or its event stream) back into `chat.completion` /
-`chat.completion.chunk` following the same SPEC rules as `ChunkRelay`. No I/O here.
+`chat.completion.chunk` following the same streaming rules as `ChunkRelay`. No I/O here.
 
 Errors: a client request Anthropic cannot express is a 400 `APIError` naming the `param`; a broken
 or failing upstream is `UpstreamProtocolError` (shared with `protocol.openai_chat`).
@@ -227,7 +227,7 @@ _OPEN_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class StreamTranslator:
-    """Anthropic stream events in, SSE frames of `chat.completion.chunk`s out (SPEC's rules).
+    """Anthropic stream events in, SSE frames of `chat.completion.chunk`s out (as `ChunkRelay`).
 
     Each chunk is a precomputed head (`id`, `created`, `model` fixed at `message_start`) + the
     encoded delta + a tail, so per-event work is one small decode and one small encode.

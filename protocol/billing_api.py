@@ -1,5 +1,6 @@
-"""The credits and billing wire types (SPEC "Credit account", "Top-up result", "Transaction",
-"Subscription"). Amounts are USD floats on the wire, integer micro-USD everywhere else."""
+"""The credits and billing wire types (credit account, top-up result, transaction,
+subscription; docs/billing.md). Amounts are USD floats on the wire, integer micro-USD
+everywhere else."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Requests and responses are forwarded as bytes: only the fields the gateway needs are decoded, and a
 rewrite re-joins the top level of the original body around the one changed value (`msgspec.Raw`
-keeps every other value byte-identical). `ChunkRelay` normalizes an upstream stream to the SPEC's
+keeps every other value byte-identical). `ChunkRelay` normalizes an upstream stream to the API's
 chunk rules. No I/O here.
 
 Errors: `APIError` (400) for a client's bad body; `UpstreamProtocolError` when an upstream sends
@@ -115,7 +115,7 @@ def rewrite_model_in_object(body: bytes, model: str) -> tuple[bytes, Usage | Non
 
 
 def usage_frame(chunk_id: str, created: int, model: str, usage: Usage) -> bytes:
-    """The extra chunk with empty `choices` and `usage` (SPEC streaming rule 5)."""
+    """The extra chunk with empty `choices` and `usage` (with `stream_options.include_usage`)."""
     chunk = {
         "id": chunk_id,
         "object": CHUNK_OBJECT,
@@ -161,7 +161,7 @@ _FINISH_ALIASES = {
 
 
 class ChunkRelay:
-    """Normalizes one upstream OpenAI-compatible stream, payload by payload, into SPEC's chunks.
+    """Normalizes one upstream OpenAI-compatible stream, payload by payload, into the API's chunks.
 
     Every forwarded chunk carries the first upstream `id` (generated if missing), one `created`,
     `object: chat.completion.chunk` and the gateway's `model`; `delta.role` appears once per choice

@@ -1,6 +1,6 @@
 """Permission scopes a secret key may hold.
 
-SPEC names five; the rest cover the other API areas (see docs/decisions.md). A key created
+The API names five; the rest cover the other API areas (see docs/decisions.md). A key created
 without `scopes` is stored with NULL and holds every scope, including ones added later.
 """
 

@@ -1,5 +1,5 @@
-"""Sample `data` for each webhook event type: what `POST /v1/webhooks/{id}/test` sends (SPEC
-Delivery 9: a test event carries `data.test` true and a synthetic payload). No I/O.
+"""Sample `data` for each webhook event type: what `POST /v1/webhooks/{id}/test` sends (a test
+event carries `data.test` true and a synthetic payload). No I/O.
 
 Each sample has the fields the real producer writes for that type, with made-up values, so a
 receiver can be built against a test event and then see the same shape from real ones (see

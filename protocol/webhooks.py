@@ -1,5 +1,5 @@
 """Webhooks on the wire, with no I/O: event types, the envelope bytes, signatures, secrets and
-the retry schedule (SPEC "Events", "Delivery" 1–9; docs/webhooks.md).
+the retry schedule (docs/webhooks.md).
 
 The envelope is built from the stored row, never re-serialized from objects: its bytes are the
 same on every attempt and every redelivery, so a receiver's deduplication by `id` and any
@@ -42,7 +42,7 @@ SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
 MAX_SECRET_CHARS = 1024
 
-# SPEC Delivery 5: the waits before retries 1..6. An event gets its first attempt and up to six
+# The waits before retries 1..6 (the API's schedule). An event gets its first attempt and up to six
 # retries; when the sixth retry fails too it is dropped and the subscription disabled.
 RETRY_DELAYS_S: tuple[int, ...] = (10, 60, 600, 3600, 6 * 3600, 24 * 3600)
 MAX_ATTEMPTS = 1 + len(RETRY_DELAYS_S)
@@ -107,7 +107,7 @@ def envelope(event_id: str, event_type: str, created_at_us: int, data_json: str)
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """SPEC Delivery 3: hex HMAC-SHA256 of `<timestamp>.<raw body>`, keyed by the secret's
+    """The `v1` signature: hex HMAC-SHA256 of `<timestamp>.<raw body>`, keyed by the secret's
     UTF-8 bytes exactly as given (the `whsec_` prefix included)."""
     message = str(timestamp).encode() + b"." + body
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
@@ -137,8 +137,9 @@ class Outcome(Enum):
 
 
 def outcome_of(status: int | None) -> Outcome:
-    """SPEC Delivery 4–6 for a response status (None: no response — timeout, connection or
-    TLS error, a refused address). A redirect is not followed and counts as permanent."""
+    """The delivery rules (docs/webhooks.md, "Delivery") for a response status (None: no
+    response — timeout, connection or TLS error, a refused address). A redirect is not
+    followed and counts as permanent."""
     if status is None or status >= 500 or status in (408, 429):
         return Outcome.RETRY
     if 200 <= status < 300:

@@ -167,7 +167,7 @@ class WebhookDeleted(msgspec.Struct, kw_only=True):
 
 
 class WebhookEvent(msgspec.Struct, kw_only=True):
-    """An event as its envelope is delivered (SPEC "Webhook event envelope")."""
+    """An event as its envelope is delivered (docs/webhooks.md)."""
 
     id: str
     type: str

@@ -456,7 +456,8 @@ async def claim_alert(tx: Executor, key_id: str, label: str, kind: str) -> bool:
 def budget_event_data(
     budget: KeyBudget, period: Period, cap: int, spent: int, percent: int | None
 ) -> dict[str, Any]:
-    """SPEC Events 2 (`budget.exhausted` carries the same fields, `threshold_percent` 100)."""
+    """`budget.threshold`'s data as the API fixes it (`budget.exhausted` carries the same
+    fields, `threshold_percent` 100)."""
     return {
         "key_id": budget.key_id,
         "key_name": budget.key_name,

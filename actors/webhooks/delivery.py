@@ -204,7 +204,7 @@ class WebhookDelivery(Actor):
     def _judge(
         head: Delivery, result: AttemptResult, now_us: int
     ) -> tuple[str, int | None, Outcome]:
-        """The delivery's new status and next due time (SPEC Delivery 4–6)."""
+        """The delivery's new status and next due time (docs/webhooks.md, "Delivery")."""
         outcome = outcome_of(result.status)
         if outcome is Outcome.DELIVERED:
             return DELIVERED, None, outcome

@@ -2,7 +2,7 @@
 
 A subscription's secret is sealed with the purpose WEBHOOK_SECRETS and the context
 (org id, webhook id), so a sealed secret copied to another subscription does not open. During a
-rotation's overlap the previous secret signs too (SPEC Delivery 3 with one `v1` per secret,
+rotation's overlap the previous secret signs too (one `v1` per secret in the signature header,
 newest first), until `previous_secret_expires_at`.
 """
 

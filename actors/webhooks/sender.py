@@ -11,7 +11,7 @@ certificate against the URL's host (`server_hostname`), whatever address was con
 Everything from the receiver is hostile: the head is framed by llhttp with its limits
 (protocol/http1_client.py), the body is read only up to `BODY_LIMIT` bytes (for the log) and
 all of it — resolution, connect, TLS, request, response head — happens within one attempt
-timeout (SPEC: 10 s). Redirects are never followed (a 3xx is just a status). No connection is
+timeout (10 s by default). Redirects are never followed (a 3xx is just a status). No connection is
 pooled: a delivery is one request, and a pooled connection would outlive the address check.
 
 Error texts name the failure, never the URL (its path or query may carry a receiver's token).

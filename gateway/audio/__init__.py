@@ -1,4 +1,4 @@
-"""The audio routes (SPEC "Audio"): text-to-speech relayed as the provider makes it
+"""The audio routes (docs/audio.md): text-to-speech relayed as the provider makes it
 (`speech`), and transcription and translation uploads streamed to the provider without being
 held (`transcription`). Wire formats are in protocol/audio/."""
 

@@ -108,11 +108,11 @@ class ServerConfig:
     # Hypercorn's default of 1000 would cut off busy keep-alive clients.
     keep_alive_max_requests: int = 1_000_000
     max_request_body_bytes: int = 1_048_576  # JSON bodies on management and inference routes
-    max_audio_body_bytes: int = 25_000_000  # transcription uploads (SPEC: 25 MB)
-    max_file_body_bytes: int = 512_000_000  # file uploads (SPEC: 512 MB)
-    max_vision_body_bytes: int = 20_000_000  # vision file uploads (SPEC: 20 MB)
+    max_audio_body_bytes: int = 25_000_000  # transcription uploads (the API's 25 MB)
+    max_file_body_bytes: int = 512_000_000  # file uploads (the API's 512 MB)
+    max_vision_body_bytes: int = 20_000_000  # vision file uploads (the API's 20 MB)
     access_log: bool = True
-    sse_keepalive_s: float = 15.0  # `: keepalive` after this much upstream silence (SPEC)
+    sse_keepalive_s: float = 15.0  # `: keepalive` after this much upstream silence
     # "builtin": the lean HTTP/1.1 server (gateway/server/http1.py); "hypercorn": h11 + h2c.
     http_server: str = "builtin"
     # Built-in server limits (docs/operations.md says why each default is what it is).
@@ -161,7 +161,7 @@ class ModelConfig:
     # Images priced by size, or size and quality: ("1024x1792", 0.08), ("1024x1024/hd", 0.08).
     # A request's most specific match wins, then `usd_per_image` (gateway/images/).
     usd_per_image_by: tuple[tuple[str, Decimal], ...] = ()
-    # Rerank: the most tokens one document may hold (SPEC: a per-model maximum, 512 to 16,000);
+    # Rerank: the most tokens one document may hold (the API: a per-model maximum, 512 to 16,000);
     # None: the gateway's default (gateway/rerank/).
     max_document_tokens: int | None = None
 
@@ -170,7 +170,7 @@ class ModelConfig:
 class ImagesConfig:
     """`[images]`: generated images answered as `url` (docs/images.md)."""
 
-    url_lifetime_s: int = 3600  # SPEC: a `url` result is valid for 1 hour
+    url_lifetime_s: int = 3600  # the API: a `url` result is valid for 1 hour
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class WebhooksConfig:
     retention_days: float = 30.0  # delivered events and attempts older than this are removed
     poll_interval_s: float = 0.5  # how often each instance looks for new events and leases
     lease_ttl_s: float = 15.0  # a subscription's owner must renew within this, else another takes
-    attempt_timeout_s: float = 10.0  # SPEC: one delivery attempt, connect to response head
+    attempt_timeout_s: float = 10.0  # one delivery attempt, connect to response head
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class FilesConfig:
     """
 
     store: str = "local"
-    # Stored bytes an organization may hold, per plan (SPEC limits: 100 GB Free, 1 TB Pro).
+    # Stored bytes an organization may hold, per plan (the API's 100 GB Free, 1 TB Pro).
     free_quota_bytes: int = 100_000_000_000
     pro_quota_bytes: int = 1_000_000_000_000
     s3_endpoint_url: str | None = None  # None: AWS S3 itself
@@ -385,7 +385,7 @@ def parse_price_table(value: object) -> tuple[tuple[str, Decimal], ...]:
 
 
 def parse_document_tokens(value: object) -> int:
-    """SPEC: a reranker's per-document token maximum is from 512 to 16,000."""
+    """The API: a reranker's per-document token maximum is from 512 to 16,000."""
     if isinstance(value, int) and not isinstance(value, bool) and 512 <= value <= 16_000:
         return value
     raise InvalidValue(f"must be an integer from 512 to 16000, got {describe(value)}")

@@ -1,4 +1,4 @@
-"""Payment processors behind top-ups. One interface; the built-in `test` processor (CONTRACT):
+"""Payment processors behind top-ups. One interface; the built-in `test` processor:
 `pm_card_visa` succeeds, `pm_card_chargeDeclined` is declined, and an org's default payment
 method is `pm_card_visa` (card, visa, 4242). A real processor (Stripe) implements the same
 interface and keeps its secret encrypted like every other one."""

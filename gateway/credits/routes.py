@@ -47,7 +47,7 @@ _AUTH_ERRORS = (401, 403)
 
 
 def _usd(micros: int | None) -> float:
-    """A setting in USD; 0.0 when not set (SPEC: a float, never null)."""
+    """A setting in USD; 0.0 when not set (the API types it float, never null)."""
     return 0.0 if micros is None else micros_to_usd(micros)
 
 

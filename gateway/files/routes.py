@@ -1,4 +1,4 @@
-"""The Files API (SPEC "Files"): upload (multipart, streamed), list, retrieve, download, delete.
+"""The Files API (docs/files.md): upload (multipart, streamed), list, retrieve, download, delete.
 
 Callers need a management key or a secret key holding `files`. Another organization's file is
 indistinguishable from a missing one (404 `file_not_found`) on every route, and so is an expired

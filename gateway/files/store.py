@@ -24,7 +24,7 @@ from storage.blobs import BlobNotFound, BlobReader, BlobStore
 from storage.files import FileRecord, FileRepository
 
 VISION = "vision"
-VISION_RETENTION_US = 24 * 3600 * 1_000_000  # SPEC: vision files expire after 24 hours
+VISION_RETENTION_US = 24 * 3600 * 1_000_000  # the API: vision files expire after 24 hours
 # What one upload's form may hold (gateway/web/multipart.py): the file and `purpose`, and a few
 # more fields that SDKs may add (skipped).
 FORM_LIMITS = MultipartLimits(max_parts=16)
@@ -66,8 +66,8 @@ class FileStore:
     repo: FileRepository
     blobs: BlobStore
     box: SecretBox  # purpose FILE_KEYS
-    max_file_bytes: int = 512_000_000  # `[server] max_file_body_bytes` (SPEC: 512 MB)
-    max_vision_bytes: int = 20_000_000  # `[server] max_vision_body_bytes` (SPEC: 20 MB)
+    max_file_bytes: int = 512_000_000  # `[server] max_file_body_bytes` (512 MB)
+    max_vision_bytes: int = 20_000_000  # `[server] max_vision_body_bytes` (20 MB)
 
     def max_bytes(self, purpose: str | None) -> int:
         """The largest file of `purpose` (None: not known yet, the largest of all)."""

@@ -1,4 +1,4 @@
-"""The Fine-tuning API (SPEC "Fine-tuning"): create, list, retrieve and cancel jobs, and list
+"""The Fine-tuning API (docs/fine_tuning.md): create, list, retrieve and cancel jobs, and list
 or stream a job's events. Callers need a secret key with `fine_tuning` (or a management key).
 Another organization's job is indistinguishable from a missing one (404 `job_not_found`) on
 every route."""

@@ -34,7 +34,7 @@ _DESCRIPTIONS = {
     "rerank": "rerank",
     "responses": "responses",  # served by translating to chat (gateway/responses/)
 }
-# The `supports` name ([[providers]], CONTRACT) of each capability, where it differs.
+# The `supports` name ([[providers]], docs/inference.md) of each capability, where it differs.
 _SUPPORTS_NAME = {
     "speech": "audio",
     "transcription": "audio",

@@ -1,4 +1,4 @@
-"""`metadata.idempotency_key` on chat completions (SPEC Events 8; docs/decisions.md).
+"""`metadata.idempotency_key` on chat completions (docs/decisions.md).
 
 The first request with a key (per organization, for 24 hours) runs; a retry with the same key
 and the same body gets the stored response if the first one was a completed JSON request —

@@ -1,4 +1,4 @@
-"""The Responses routes (SPEC "Responses"), scope `responses`: create (JSON or SSE), retrieve,
+"""The Responses routes (docs/responses.md), scope `responses`: create (JSON or SSE), retrieve,
 input items, delete. Declared here for the request layer and the OpenAPI document."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ is encrypted under its own data key, which is sealed under the master key (FILE_
 files' and images' are, context (org id, response id)). A master-key rotation re-seals the data
 key only (storage/keyring.py SEALED_COLUMNS).
 
-Retention is 30 days from creation (SPEC "Limits"): a lookup treats an expired row as absent at
+Retention is 30 days from creation (the API's): a lookup treats an expired row as absent at
 once, the janitor deletes it later (actors/responses_janitor.py). Times come from `clock` (wall
 microseconds; actors/webhooks/clock.py WallClock moves with Trio's clock, so a MockClock drives
 expiry in tests).

@@ -1,4 +1,4 @@
-"""`POST /v1/audio/speech`: the request, checked as SPEC's Audio table says, and the
+"""`POST /v1/audio/speech`: the request, checked as docs/audio.md says, and the
 `Content-Type` of each `response_format`."""
 
 from __future__ import annotations

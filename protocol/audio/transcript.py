@@ -1,4 +1,4 @@
-"""A transcription result (SPEC's verbose_json: task, language, duration, text, segments and,
+"""A transcription result (the API's verbose_json: task, language, duration, text, segments and,
 when asked, words) rendered in the format the client asked for. The gateway always asks the
 provider for verbose_json (it carries the duration that is billed) and renders the rest here."""
 
@@ -24,7 +24,7 @@ class Word(msgspec.Struct):
 
 
 class Transcription(msgspec.Struct, omit_defaults=True):
-    """SPEC "Transcription result (verbose_json)", plus `words` with word granularity."""
+    """The API's verbose_json transcription result, plus `words` with word granularity."""
 
     text: str
     task: str | None = None

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from protocol.errors import APIError, invalid_request
 
-MAX_FILE_BYTES = 25_000_000  # SPEC: 25 MB (the `[server] max_audio_body_bytes` default)
+MAX_FILE_BYTES = 25_000_000  # the API's 25 MB (the `[server] max_audio_body_bytes` default)
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
 # By filename extension (docs/decisions.md, "Audio"): the container is the provider's to read.
@@ -104,7 +104,7 @@ def check_filename(filename: str | None) -> str:
 
 
 def file_too_large(limit: int) -> APIError:
-    """SPEC: 400 for audio over 25 MB. `Connection: close`: the rest is never read."""
+    """The API: 400 for audio over 25 MB. `Connection: close`: the rest is never read."""
     return APIError(
         400,
         f"The audio file is larger than {limit} bytes.",

@@ -1,4 +1,4 @@
-"""Validation of uploaded files while they stream, per purpose (SPEC "Files", purpose rules).
+"""Validation of uploaded files while they stream, per purpose (docs/files.md).
 
 No I/O. `validator_for(purpose)` gives a fresh validator; the upload's bytes are fed to it in
 pieces of any size as they arrive (`feed(piece)`), then `finish()` returns the media type the
@@ -39,7 +39,7 @@ class FileValidator(Protocol):
 
 
 class AcceptAnything:
-    """`assistants` and `user_data`: SPEC validates nothing; the media type comes from the name."""
+    """`assistants` and `user_data`: nothing to validate; the media type comes from the name."""
 
     def feed(self, piece: bytes | bytearray | memoryview) -> None:
         return None

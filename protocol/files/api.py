@@ -1,4 +1,4 @@
-"""The Files API wire types (SPEC "File", "Files"): the file object, its list page and the
+"""The Files API wire types (docs/files.md): the file object, its list page and the
 deletion result. The upload itself is multipart, parsed by the route (gateway/files/)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FileContent = Annotated[
 
 
 class FileObject(msgspec.Struct, kw_only=True):
-    """Exactly SPEC's fields. `status` is always `processed`: an upload is validated and stored
+    """Exactly the API's fields. `status` is always `processed`: an upload is validated and stored
     before it is answered (docs/decisions.md, "Files")."""
 
     id: str

@@ -1,5 +1,5 @@
 """A provider's fine-tuning job (OpenAI's object) read into what the watcher needs, and its
-status mapped to SPEC's states. No I/O.
+status mapped to the API's states. No I/O.
 
 Provider statuses: validating_files, queued, running, succeeded, failed, cancelled (OpenAI);
 `pending` (older APIs) reads as queued. Anything unknown reads as `running` (still going; the

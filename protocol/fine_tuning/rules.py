@@ -1,7 +1,7 @@
 """The rules a fine-tuning job is made by (docs/decisions.md, "Fine-tuning jobs"). No I/O.
 
 - `model` must name a dated base model: its name (the alias, or the part after `<provider>/`)
-  ends in `-YYYY-MM-DD`, a real date (SPEC Versioning 3: pinning the date keeps a later
+  ends in `-YYYY-MM-DD`, a real date (the API recommends pinning it: the date keeps a later
   rotation of the undated name from changing what is trained).
 - `suffix`: 1 to 64 characters of letters, digits, `-` and `_` (it becomes part of a model id
   whose fields are separated by `:`).

@@ -17,7 +17,7 @@ SIZES = ("1024x1024", "1024x1792", "1792x1024", "512x512")
 QUALITIES = ("standard", "hd")
 STYLES = ("vivid", "natural")
 ASPECT_RATIOS = ("1:1", "16:9", "9:16", "4:3", "3:4", "3:2", "2:3", "21:9", "9:21")
-SINGLE_PROMPT_CHARS = 4000  # SPEC
+SINGLE_PROMPT_CHARS = 4000  # the API's limit for the single-image family
 OTHER_PROMPT_CHARS = 32_000  # gpt-image's limit: bounds what is sent upstream
 
 

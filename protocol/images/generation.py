@@ -17,7 +17,7 @@ MAX_SEED = 2**32 - 1
 
 
 class ImageGenerationRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Every SPEC field; anything else is refused (400 naming it)."""
+    """Every field the API has; anything else is refused (400 naming it)."""
 
     model: str
     prompt: str
@@ -39,7 +39,7 @@ class ImageData(msgspec.Struct, omit_defaults=True):
 
 
 class ImageResult(msgspec.Struct):
-    """SPEC "Image result": also the answer of edits and variations."""
+    """The API's image result: also the answer of edits and variations."""
 
     created: int
     data: list[ImageData]

@@ -1,6 +1,6 @@
 """From an upstream's scores to our answer: the checks every adapter's parsed answer goes
 through (indices in range and unique, scores finite, no more results than documents), then the
-sort, `top_n` and the SPEC's result shape. No I/O.
+sort, `top_n` and the API's result shape. No I/O.
 
 Upstream answers are hostile until checked: a provider (or anything answering at its address)
 may send any bytes. An answer that fails a check is `BadUpstreamAnswer`, which the route maps to
@@ -92,7 +92,7 @@ def checked(scores: list[Scored], documents: int) -> list[Scored]:
 def answer(
     ranking: Ranking, scores: list[Scored], *, answer_id: str, model: str, search_units: int
 ) -> RerankResponse:
-    """The SPEC's rerank result: sorted by score, highest first (ties: the earlier document
+    """The API's rerank result: sorted by score, highest first (ties: the earlier document
     first), cut to `top_n`, each score clamped into 0.0-1.0 only after sorting (so a provider
     sending raw logits still ranks as it meant), documents the client's own texts."""
     ordered = sorted(scores, key=lambda s: (-s.score, s.index))[: ranking.top_n]

@@ -101,7 +101,7 @@ def _text_config() -> dict[str, Any]:
 
 
 class ResponseObject(msgspec.Struct, kw_only=True):
-    """SPEC's Response (id, object, created_at, model, output, usage, metadata) plus the fields
+    """The API's Response (id, object, created_at, model, output, usage, metadata) plus the fields
     the openai SDK's `Response` model and `responses.stream()` accumulator read.
 
     The request layer builds a skeleton (status `in_progress`, empty output, the request's

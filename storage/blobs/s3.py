@@ -91,7 +91,7 @@ class S3BlobStore(BlobStore):
 
     @classmethod
     async def open(cls, settings: S3Settings) -> S3BlobStore:
-        """A store on `settings.bucket`, created if missing (CONTRACT)."""
+        """A store on `settings.bucket`, created if missing (docs/files.md)."""
 
         def make_client() -> Any:
             session = boto3.session.Session(

@@ -11,6 +11,6 @@ CREATE TABLE responses (
     data_key_sealed    TEXT NOT NULL,           -- protocol/secretbox.py FILE_KEYS, (org id, id)
     content_encrypted  TEXT NOT NULL,           -- SecretBox(data key, RESPONSE_CONTENT), (org id, id)
     created_at         BIGINT NOT NULL,         -- µs
-    expires_at         BIGINT NOT NULL          -- µs; created_at + 30 days (SPEC "Limits")
+    expires_at         BIGINT NOT NULL          -- µs; created_at + 30 days (retention)
 );
 CREATE INDEX responses_expiry ON responses (expires_at);

@@ -18,7 +18,7 @@ CREATE TABLE fine_tuning_jobs (
     learning_rate_multiplier TEXT NOT NULL,             -- decimal text: exact as given
     suffix                   TEXT,
     seed                     BIGINT NOT NULL,
-    status                   TEXT NOT NULL,             -- SPEC's states only
+    status                   TEXT NOT NULL,             -- the API's states only
     fine_tuned_model         TEXT,                      -- ft:<base>:<org>:<suffix>:<id>
     provider_job_id          TEXT,                      -- the provider's ftjob id
     provider_training_file   TEXT,                      -- the provider's file ids

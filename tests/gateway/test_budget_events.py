@@ -1,5 +1,5 @@
 """`budget.threshold` (50, 80 and 100 %) and `budget.exhausted` over real HTTP, on both
-backends, with exactly SPEC's data fields (Events, Delivery 2)."""
+backends, with exactly the API's data fields (docs/webhooks.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.inference import inference_rig
 # (bytes / 4) reserved for, so one request can spend past the cap it was admitted under.
 WORDS = " ".join(["a"] * 2000)
 BODY = {"model": "small", "messages": [{"role": "user", "content": WORDS}], "max_tokens": 1}
-SPEC_FIELDS = {
+API_FIELDS = {
     "key_id",
     "key_name",
     "threshold_percent",
@@ -69,7 +69,7 @@ async def test_crossing_a_daily_budget_writes_thresholds_and_exhausted(
     ]
     for e in events:
         data: dict[str, Any] = e.data
-        assert set(data) == SPEC_FIELDS
+        assert set(data) == API_FIELDS
         assert data["key_id"] == key_id and data["key_name"] == "capped"
         assert data["period"] == "daily"
         assert data["budget_usd"] == charge / 1e6 and isinstance(data["budget_usd"], float)

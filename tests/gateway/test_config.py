@@ -1,4 +1,4 @@
-"""Tests for gateway.config: defaults, the CONTRACT.md example, env overrides, every error class."""
+"""Tests for gateway.config: defaults, a full provider example, env overrides, every error class."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from gateway.config import (
     redact_url,
 )
 
-# The example from /work/shared/CONTRACT.md, verbatim.
-CONTRACT_EXAMPLE = """\
+# A provider and a model as an operator writes them, comments and all.
+PROVIDER_EXAMPLE = """\
 [[providers]]
 name = "openai"                 # clients address its models as "openai/<upstream model>"
 kind = "openai"                 # wire format: openai (any OpenAI-compatible server), anthropic, cohere, ...
@@ -165,11 +165,11 @@ def test_toml_syntax_error_names_the_file(tmp_path: Path) -> None:
     assert "line 2" in str(caught.value)
 
 
-# --- the CONTRACT.md example and providers/models --------------------------------------------
+# --- a full example and providers/models ---------------------------------------------------
 
 
-def test_contract_example(tmp_path: Path) -> None:
-    config = load_text(tmp_path, CONTRACT_EXAMPLE, OPENAI_API_KEY=PROVIDER_KEY)
+def test_provider_example(tmp_path: Path) -> None:
+    config = load_text(tmp_path, PROVIDER_EXAMPLE, OPENAI_API_KEY=PROVIDER_KEY)
     assert config.providers == (
         ProviderConfig(
             name="openai",
@@ -679,7 +679,7 @@ def test_redact_url(url: str, expected: str) -> None:
 
 
 def test_images_url_lifetime(tmp_path: Path) -> None:
-    assert load_text(tmp_path, "").images.url_lifetime_s == 3600  # SPEC: 1 hour
+    assert load_text(tmp_path, "").images.url_lifetime_s == 3600  # the API's hour
     assert load_text(tmp_path, "[images]\nurl_lifetime_s = 60\n").images.url_lifetime_s == 60
     for bad in ("0", "604801", '"1h"', "1.5"):
         with pytest.raises(ConfigError, match="url_lifetime_s"):

@@ -1,4 +1,4 @@
-"""`[files]`: the blob store choice (CONTRACT), its S3 settings, credentials from the standard
+"""`[files]`: the blob store choice, its S3 settings, credentials from the standard
 AWS variables only, and never a credential in repr or errors."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from gateway.config import ConfigError, FilesConfig, load_config
 
-# The example from /work/shared/CONTRACT.md, verbatim.
-CONTRACT_EXAMPLE = """\
+# A `[files]` table for S3 as an operator writes it, comments and all.
+S3_EXAMPLE = """\
 [files]
 store = "s3"
 s3_endpoint_url = "http://127.0.0.1:8333"   # omit for AWS itself
@@ -32,8 +32,8 @@ def test_default_is_the_local_store(tmp_path: Path) -> None:
     assert load(tmp_path, '[files]\nstore = "local"\n') == FilesConfig()
 
 
-def test_contract_example_with_credentials_from_the_environment(tmp_path: Path) -> None:
-    files = load(tmp_path, CONTRACT_EXAMPLE, AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET)
+def test_s3_example_with_credentials_from_the_environment(tmp_path: Path) -> None:
+    files = load(tmp_path, S3_EXAMPLE, AWS_ACCESS_KEY_ID=KEY_ID, AWS_SECRET_ACCESS_KEY=SECRET)
     assert files == FilesConfig(
         store="s3",
         s3_endpoint_url="http://127.0.0.1:8333",
@@ -50,7 +50,7 @@ def test_s3_without_endpoint_or_credentials_means_aws_and_its_own_chain(tmp_path
 
 
 def test_repr_never_shows_credentials(tmp_path: Path) -> None:
-    config_text = CONTRACT_EXAMPLE.replace("127.0.0.1", "user:pw-in-url@127.0.0.1")
+    config_text = S3_EXAMPLE.replace("127.0.0.1", "user:pw-in-url@127.0.0.1")
     path = tmp_path / "gateway.toml"
     path.write_text(config_text, encoding="utf-8")
     config = load_config(
@@ -102,7 +102,7 @@ def test_half_a_credential_pair_is_an_error_that_shows_neither(
     tmp_path: Path, environ: dict[str, str], missing: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        load(tmp_path, CONTRACT_EXAMPLE, **environ)
+        load(tmp_path, S3_EXAMPLE, **environ)
     assert caught.value.file == "environment"
     assert caught.value.key == missing
     assert KEY_ID not in str(caught.value) and SECRET not in str(caught.value)

@@ -1,5 +1,5 @@
 """The Keys API over real HTTP, on every storage backend: fields, defaults, list envelope,
-PATCH semantics, deletion, and every error status SPEC lists for it (400/401/403/404/409)."""
+PATCH semantics, deletion, and every error status the API lists for it (400/401/403/404/409)."""
 
 from __future__ import annotations
 

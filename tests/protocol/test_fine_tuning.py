@@ -1,6 +1,6 @@
 """Fine-tuning rules without I/O: dated base models, suffixes, effective hyperparameters, the
 fine-tuned model's name, the training charge, the dataset check and its token count (fast and
-line-by-line paths alike), and a provider's job read into SPEC's states."""
+line-by-line paths alike), and a provider's job read into the API's states."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """protocol/webhooks.py: filters, secrets, the envelope bytes, signatures and the retry schedule,
-checked against SPEC "Delivery" with an independent verifier written from the text."""
+checked against docs/webhooks.md with an independent verifier written from the text."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from protocol.webhooks import Outcome
 
 
 def verify(header: str, body: bytes, secret: str, now: int) -> bool:
-    """A receiver's check, from SPEC Delivery 3 only: `t=<ts>,v1=<hex>[,v1=…]`, HMAC-SHA256 of
+    """A receiver's check, from the documented scheme only: `t=<ts>,v1=<hex>[,v1=…]`, HMAC-SHA256 of
     `<ts>.<raw body>` keyed by the secret, timestamps within 300 s, constant-time compare."""
     parts = [p.split("=", 1) for p in header.split(",")]
     stamps = [v for k, v in parts if k == "t"]

@@ -1,5 +1,5 @@
 """Helpers for the delivery tests: a subscription with a real sealed secret pointing at a
-receiver, events in the outbox, a delivery actor wired to real storage, the SPEC verifier."""
+receiver, events in the outbox, a delivery actor wired to real storage, the signature verifier."""
 
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ def delivery(
 
 
 def verify(secret: str, arrival: Arrival) -> bool:
-    """SPEC Delivery 3, written independently: `t=<ts>,v1=<hex>[,v1=…]`, hex HMAC-SHA256 of
-    `<t>.<raw body>` keyed by the secret, compared in constant time; `t` matches the
-    timestamp header."""
+    """The signature scheme (docs/webhooks.md), written independently:
+    `t=<ts>,v1=<hex>[,v1=…]`, hex HMAC-SHA256 of `<t>.<raw body>` keyed by the secret,
+    compared in constant time; `t` matches the timestamp header."""
     header = arrival.header("Service-Webhook-Signature")
     assert header is not None
     fields = [part.split("=", 1) for part in header.split(",")]

@@ -42,7 +42,7 @@ def headers(secrets: list[str], timestamp: int = 1_700_000_000) -> list[tuple[st
 
 
 def verify(secret: str, header: str, body: bytes) -> bool:
-    """An independent verifier written from SPEC Delivery 3: `t=<ts>,v1=<hex>[,v1=…]`, HMAC-SHA256
+    """An independent verifier written from docs/webhooks.md: `t=<ts>,v1=<hex>[,v1=…]`, HMAC-SHA256
     of `<t>.<raw body>` keyed by the secret, compared in constant time."""
     fields = [part.split("=", 1) for part in header.split(",")]
     stamps = [v for k, v in fields if k == "t"]

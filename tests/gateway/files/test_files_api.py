@@ -1,5 +1,5 @@
 """The Files API over real HTTP, on SQLite and PostgreSQL × the local store and S3 (SeaweedFS):
-upload, list, retrieve, download and delete with SPEC's fields; validation per purpose (the
+upload, list, retrieve, download and delete with the API's fields; validation per purpose (the
 purpose before or after the file); who may call (401, 403 without `files`, 404 across orgs);
 the content encrypted at rest and refused when tampered with; the quota; vision expiry."""
 

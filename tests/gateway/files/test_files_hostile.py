@@ -51,7 +51,7 @@ from tests.gateway.rawhttp import Raw
 from tests.seaweedfs import SeaweedFS
 
 MB = 1_000_000
-FILE_LIMIT = 512 * MB  # SPEC: 512 MB a file (and the route's body limit)
+FILE_LIMIT = 512 * MB  # 512 MB a file (and the route's body limit)
 VISION_LIMIT = 20 * MB
 BLOCK = os.urandom(MiB)
 CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}

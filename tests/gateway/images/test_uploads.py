@@ -63,7 +63,7 @@ async def test_sdk_variation_answers_urls(rig: Rig) -> None:
 
         def create_variation() -> Any:
             # The SDK marks create_variation deprecated (OpenAI's dall-e-2 retirement); the
-            # route is SPEC's all the same.
+            # route is the API's all the same.
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 return client.images.create_variation(

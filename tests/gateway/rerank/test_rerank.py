@@ -1,5 +1,5 @@
 """POST /v1/rerank over real HTTP against the simulated upstream, on both backends and through
-both adapters: the SPEC's result shape, sorting (the upstream answers unsorted), `top_n`,
+both adapters: the API's result shape, sorting (the upstream answers unsorted), `top_n`,
 `return_documents`, text objects, and what reaches the upstream."""
 
 from __future__ import annotations

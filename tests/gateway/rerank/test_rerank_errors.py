@@ -1,4 +1,4 @@
-"""Every status of SPEC's Rerank error table (400, 401, 402, 413, 429) and the others the route
+"""Every status of the API's rerank error table (400, 401, 402, 413, 429) and the others the route
 answers (403, 404), over real HTTP, in the OpenAI error shape; requests refused before the
 upstream never reach it. Hostile client bodies are 400s, never a crash."""
 
