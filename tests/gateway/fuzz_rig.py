@@ -199,5 +199,8 @@ async def run_schemathesis(
     ]
     if seed is not None:
         argv.append(f"--seed={seed}")
-    done = await trio.run_process(argv, capture_stdout=True, stderr=subprocess.STDOUT, check=False)
+    # In `workdir`: schemathesis keeps its crash cache (for `st replay`) in the working directory.
+    done = await trio.run_process(
+        argv, cwd=workdir, capture_stdout=True, stderr=subprocess.STDOUT, check=False
+    )
     return RunResult(done.returncode, done.stdout.decode(errors="replace"))
