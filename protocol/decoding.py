@@ -1,4 +1,10 @@
-"""Decode a JSON request body into a typed struct, or fail with a 400 naming the `param`."""
+"""Decode a JSON request body into a typed struct, or fail with a 400 naming the `param`.
+
+Every JSON request body passes here first, including those relayed to a provider as bytes, so
+this is where a body that is not UTF-8 (RFC 8259 section 8.1) is refused: msgspec checks only
+the strings it decodes, and a `msgspec.Raw` or skipped field (chat `messages`) would reach the
+provider unchecked.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ def decode_json(body: bytes, type: type[T]) -> T:
     """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`)."""
     if not body.strip():
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
+    require_utf8(body)
     try:
         return msgspec.json.decode(body, type=type)
     except msgspec.ValidationError as exc:
@@ -29,6 +36,19 @@ def decode_json(body: bytes, type: type[T]) -> T:
         raise invalid_request(
             "The request body is nested too deeply.", code="invalid_json"
         ) from None
+
+
+def require_utf8(body: bytes) -> None:
+    """400 `invalid_json` unless `body` is UTF-8. isascii() scans a word at a time (0.1 µs for
+    a 1.6 KB chat body, 3 µs for 100 KB: `python -m bench.json_utf8_cost`); only a body
+    with other bytes pays for the decode, which runs at a similar speed."""
+    if not body.isascii():
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            raise invalid_request(
+                "The request body is not valid UTF-8.", code="invalid_json"
+            ) from None
 
 
 def _validation_error(text: str) -> APIError:
