@@ -14,10 +14,15 @@ from typing import TypeVar
 import msgspec
 
 from protocol.errors import APIError, invalid_request
+from protocol.labels import CONTROLS_MESSAGE, NO_CONTROLS
 
 T = TypeVar("T")
 
-_AT_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+# msgspec's locations: "- at `$.scopes[0]`"; a dict's key "- at `key` in `$.metadata`"; a
+# dict's value "- at `$.metadata[...]`" (both name the dict).
+_AT_PATH = re.compile(r" - at (?:`key` in )?`\$(?P<path>[^`]*)`$")
+_ANY_KEY = "[...]"
+_NO_CONTROLS = f"Expected `str` matching regex {NO_CONTROLS!r}"
 _FIELD = re.compile(r"field `(?P<name>[^`]+)`")
 
 
@@ -55,8 +60,10 @@ def _validation_error(text: str) -> APIError:
     param: str | None = None
     match = _AT_PATH.search(text)
     if match:
-        param = match.group("path").lstrip(".") or None
+        param = match.group("path").lstrip(".").replace(_ANY_KEY, "") or None
         text = text[: match.start()]
+    if text == _NO_CONTROLS and param:  # protocol/labels.Label: say what the pattern means
+        return invalid_request(f"`{param}` {CONTROLS_MESSAGE}.", param=param)
     field = _FIELD.search(text)
     if field:
         name = field.group("name")
