@@ -4,7 +4,8 @@ One task per connection answers its requests in order (keep-alive and pipelining
 waits (latency, hang, paced stream) a second task reads the socket, so a client leaving is noticed
 at once: the response is cancelled, the connection closed, and a stream is counted in
 `streams_client_closed`. Cancelling `serve_upstream` closes the listener and every connection at
-once, mid-response included.
+once, mid-response included. A route that raises answers its request 500 (logged), a failure
+outside a route closes its connection: neither ends the server or anyone else's requests.
 """
 
 from __future__ import annotations
