@@ -122,6 +122,23 @@ async def test_extreme_topup_amounts_are_400_naming_amount_usd(
     assert await balance(gateway) == 0.0
 
 
+@pytest.mark.parametrize(
+    ("amount", "param"),
+    [(b"1e400", "amount_usd"), (b"-1e400", "amount_usd"), (b"NaN", None), (b"Infinity", None)],
+)
+async def test_numbers_beyond_a_double_and_non_numbers_are_400(
+    gateway: Gateway, amount: bytes, param: str | None
+) -> None:
+    r = await gateway.client.post(
+        "/v1/credits/topup",
+        content=b'{"amount_usd": ' + amount + b"}",
+        headers={**gateway.auth(), "content-type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert await balance(gateway) == 0.0
+
+
 @pytest.mark.parametrize("amount", [*HUGE, b"-1e22", b"-5"])
 @pytest.mark.parametrize(
     ("method", "path", "field"),
