@@ -9,6 +9,8 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from protocol.labels import Label
+
 Usd = Annotated[float, Meta(ge=0, le=1_000_000_000)]
 
 
@@ -31,7 +33,7 @@ class CreditSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class TopupRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     amount_usd: Annotated[float, Meta(gt=0)]
-    payment_method_id: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    payment_method_id: Annotated[Label, Meta(min_length=1, max_length=255)] | None = None
 
 
 class TopupResult(msgspec.Struct, kw_only=True):

@@ -12,11 +12,12 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from protocol.errors import invalid_request
+from protocol.labels import Label
 from protocol.scopes import KNOWN_SCOPES
 
-Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Name = Annotated[Label, Meta(min_length=1, max_length=200)]
 Scope = Annotated[str, Meta(min_length=1, max_length=64)]
-ModelId = Annotated[str, Meta(min_length=1, max_length=256)]
+ModelId = Annotated[Label, Meta(min_length=1, max_length=256)]
 Rpm = Annotated[int, Meta(ge=1, le=1_000_000_000)]
 Usd = Annotated[float, Meta(ge=0, le=1_000_000_000)]
 _MAX_LIST = 1000

@@ -25,8 +25,9 @@ class ProviderKeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     api_key: ApiKeyValue
 
     def __post_init__(self) -> None:
-        # The value is sent as a header: only visible ASCII can be one (CR/LF would inject
-        # headers, anything past latin-1 cannot be encoded). Refused before it goes anywhere.
+        # It travels in a header: visible ASCII, as providers issue keys. Refused here, before
+        # it is sent anywhere: control characters would break the header, other characters
+        # either could not be encoded (a 500) or would be refused by the provider anyway.
         if not sendable_as_header(self.api_key):
             raise invalid_request(
                 "`api_key` must be visible ASCII characters only (no spaces or controls).",

@@ -12,6 +12,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from protocol.errors import invalid_request
+from protocol.labels import Label
 from protocol.webhooks import ALL, KNOWN_TYPES, MAX_SECRET_CHARS, check_custom_secret
 from protocol.webhooks import normalize_filter as _normalize
 
@@ -21,7 +22,7 @@ MAX_DESCRIPTION_CHARS = 512
 Url = Annotated[str, Meta(min_length=1, max_length=MAX_URL_CHARS)]
 EventType = Annotated[str, Meta(min_length=1, max_length=64)]
 Events = Annotated[list[EventType], Meta(min_length=1, max_length=64)]
-Description = Annotated[str, Meta(max_length=MAX_DESCRIPTION_CHARS)]
+Description = Annotated[Label, Meta(max_length=MAX_DESCRIPTION_CHARS)]
 Secret = Annotated[str, Meta(min_length=1, max_length=MAX_SECRET_CHARS)]
 
 

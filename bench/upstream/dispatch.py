@@ -52,18 +52,29 @@ def route(
 ) -> Reply:
     """The reply to `request`. `fine_tuning` is the server's state for the fine-tuning routes
     (files, jobs, fine-tuned models); without one they see an empty provider."""
+    try:
+        return _route(request, behavior, fine_tuning)
+    except (UnicodeDecodeError, RecursionError):
+        # msgspec's two failures outside DecodeError, which the routes catch: a string that
+        # is not UTF-8, and nesting deeper than its stack. Refused like any malformed body.
+        return _error(_provider(request), 400, "The request body is not valid UTF-8 JSON.")
+
+
+def _route(
+    request: RecordedRequest, behavior: UpstreamBehavior, fine_tuning: FineTuning | None
+) -> Reply:
     path = request.path.partition("?")[0]
-    # `GET /v1/models` is both providers' route: Anthropic clients send `x-api-key`.
-    anthropic = path in ANTHROPIC_PATHS or (path == "/v1/models" and "x-api-key" in request.headers)
-    cohere = path.startswith(rerank_routes.COHERE_PREFIX)
+    provider = _provider(request)
+    anthropic = provider == "anthropic"
     if _rejected(_presented_key(request, anthropic), behavior):
-        if cohere:
-            return rerank_routes.cohere_error(401, "invalid api token")
-        if anthropic:
-            return anthropic_routes.error_reply(401, "invalid x-api-key")
-        return openai_routes.error_reply(401, "Incorrect API key provided.")
+        message = {
+            "cohere": "invalid api token",
+            "anthropic": "invalid x-api-key",
+            "openai": "Incorrect API key provided.",
+        }[provider]
+        return _error(provider, 401, message)
     if behavior.fail_status is not None:
-        if cohere:
+        if provider == "cohere":
             return rerank_routes.cohere_fail_reply(behavior.fail_status, behavior.retry_after)
         if anthropic:
             return anthropic_routes.fail_reply(behavior.fail_status, behavior.retry_after)
@@ -89,6 +100,25 @@ def route(
             return anthropic_routes.error_reply(405, message, headers=allow)
         return openai_routes.error_reply(405, message, headers=allow)
     return handler(request, behavior)
+
+
+def _provider(request: RecordedRequest) -> str:
+    """Whose API the request speaks: "anthropic", "cohere" or "openai"."""
+    path = request.path.partition("?")[0]
+    # `GET /v1/models` is both providers' route: Anthropic clients send `x-api-key`.
+    if path in ANTHROPIC_PATHS or (path == "/v1/models" and "x-api-key" in request.headers):
+        return "anthropic"
+    if path.startswith(rerank_routes.COHERE_PREFIX):
+        return "cohere"
+    return "openai"
+
+
+def _error(provider: str, status: int, message: str) -> JsonReply:
+    if provider == "cohere":
+        return rerank_routes.cohere_error(status, message)
+    if provider == "anthropic":
+        return anthropic_routes.error_reply(status, message)
+    return openai_routes.error_reply(status, message)
 
 
 def _presented_key(request: RecordedRequest, anthropic: bool) -> str:

@@ -4,12 +4,14 @@ One task per connection answers its requests in order (keep-alive and pipelining
 waits (latency, hang, paced stream) a second task reads the socket, so a client leaving is noticed
 at once: the response is cancelled, the connection closed, and a stream is counted in
 `streams_client_closed`. Cancelling `serve_upstream` closes the listener and every connection at
-once, mid-response included.
+once, mid-response included. A route that raises answers its request 500 (logged), a failure
+outside a route closes its connection: neither ends the server or anyone else's requests.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 import trio
@@ -27,7 +29,9 @@ from bench.upstream.http import (
     json_response,
     stream_head,
 )
-from bench.upstream.replies import JsonReply, SseFrame, StreamReply
+from bench.upstream.replies import JsonReply, Reply, SseFrame, StreamReply
+
+log = logging.getLogger(__name__)
 
 REQUEST_LOG_LIMIT = 10_000
 RECEIVE_SIZE = 65536
@@ -105,6 +109,10 @@ class UpstreamServer:
         self._connections_open += 1
         try:
             await _Connection(self, stream).serve()
+        except Exception:
+            # A bug met while serving one connection ends that connection (it is closed by
+            # now), never the server and everyone else's requests with it.
+            log.exception("simulated upstream: a connection failed")
         finally:
             self._connections_open -= 1
 
@@ -155,7 +163,11 @@ class _Connection:
         if behavior.hang:
             await self._while_watching(trio.sleep_forever)
             return False
-        reply = route(recorded, behavior, self._server.fine_tuning)
+        try:
+            reply: Reply = route(recorded, behavior, self._server.fine_tuning)
+        except Exception as exc:  # a route's bug: this request's 500, the connection lives on
+            log.exception("simulated upstream: %s %s failed", request.method, request.target)
+            reply = protocol_error(500, f"simulated upstream error: {type(exc).__name__}")
         close = not request.keep_alive
         if isinstance(reply, StreamReply):
             return await self._answer_stream(reply, behavior, close)

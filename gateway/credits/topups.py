@@ -33,6 +33,7 @@ from protocol import errors
 from protocol.billing import MAX_TOPUP_MICROS, MIN_TOPUP_MICROS, TOPUP
 from protocol.billing_api import TopupResult
 from protocol.ids import new_id
+from protocol.labels import check_idempotency_key
 from protocol.money import micros_to_usd
 from protocol.payments import PaymentDeclined, PaymentMethod, PaymentProcessor
 from protocol.timefmt import now_us, to_iso
@@ -89,10 +90,8 @@ async def top_up(
     finishes, or is undone, within FINISH_S + UNDO_S + COMPENSATE_S. Raises APIError: 400 (amount,
     key), 402 (declined), 409 (key reused or in progress), 503 (did not finish in time)."""
     check_amount(micros)
-    if key is not None and not 1 <= len(key) <= 255:
-        raise errors.invalid_request(
-            "`Idempotency-Key` must be 1 to 255 characters.", param="Idempotency-Key"
-        )
+    if key is not None:
+        check_idempotency_key(key, "Idempotency-Key")
     with trio.CancelScope(shield=True) as scope:
         scope.deadline = trio.current_time() + FINISH_S
         if key is None:

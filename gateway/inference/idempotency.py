@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol.errors import APIError, invalid_request
+from protocol.errors import APIError
+from protocol.labels import check_idempotency_key
 from protocol.timefmt import now_us
 from storage.idempotency import COMPLETED, IN_PROGRESS, STREAMED, IdempotencyRepository
 
 log = logging.getLogger(__name__)
 
 TTL_US = 24 * 3600 * 1_000_000
-MAX_KEY_LENGTH = 255
 # One short write; past this the database is not answering, and a stopping server must not
 # wait on a request's cleanup.
 CLEANUP_S = 5.0
@@ -49,11 +49,7 @@ async def begin(
     key = (metadata or {}).get("idempotency_key")
     if key is None:
         return None
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise invalid_request(
-            f"`metadata.idempotency_key` must be 1 to {MAX_KEY_LENGTH} characters.",
-            param="metadata.idempotency_key",
-        )
+    check_idempotency_key(key, "metadata.idempotency_key")
     fingerprint = hashlib.sha256(body).hexdigest()
     claim = await repo.claim(org_id, key, fingerprint, now_us=now_us(), ttl_us=TTL_US)
     call = IdempotentCall(repo, org_id, key)

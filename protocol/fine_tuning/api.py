@@ -9,11 +9,12 @@ import msgspec
 from msgspec import Meta
 
 from protocol.fine_tuning.rules import check_suffix
+from protocol.labels import Label
 
 MAX_ID_CHARS = 128
 Auto = Literal["auto"]
-FileId = Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
-ModelName = Annotated[str, Meta(min_length=1, max_length=256)]
+FileId = Annotated[Label, Meta(min_length=1, max_length=MAX_ID_CHARS)]
+ModelName = Annotated[Label, Meta(min_length=1, max_length=256)]
 Epochs = Annotated[int, Meta(ge=1, le=50)]
 BatchSize = Annotated[int, Meta(ge=1, le=256)]
 LearningRate = Annotated[float, Meta(gt=0, le=10)]

@@ -26,6 +26,7 @@ import msgspec
 from protocol.decoding import decode_json
 from protocol.errors import invalid_request
 from protocol.ids import new_id
+from protocol.labels import Label
 
 MAX_INPUT_ITEMS = 1000
 MAX_TOOLS = 128
@@ -45,6 +46,15 @@ BUILT_IN_TOOLS = frozenset(
 )
 
 _Text = Annotated[str, msgspec.Meta(max_length=4_000_000)]
+# Stored with the response and returned: labels, as OpenAI bounds them (16 pairs, keys up to
+# 64 characters, values up to 512).
+Metadata = Annotated[
+    dict[
+        Annotated[Label, msgspec.Meta(max_length=64)],
+        Annotated[Label, msgspec.Meta(max_length=512)],
+    ],
+    msgspec.Meta(max_length=16),
+]
 
 
 class RequestBody(msgspec.Struct):
@@ -53,7 +63,7 @@ class RequestBody(msgspec.Struct):
     model: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     input: str | Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_INPUT_ITEMS)]
     instructions: _Text | None = None
-    previous_response_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    previous_response_id: Annotated[Label, msgspec.Meta(min_length=1, max_length=128)] | None = None
     tools: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=MAX_TOOLS)] | None = None
     tool_choice: str | dict[str, Any] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
@@ -61,7 +71,7 @@ class RequestBody(msgspec.Struct):
     max_output_tokens: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     parallel_tool_calls: bool | None = None
     store: bool | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
     stream: bool | None = None
 
 
@@ -176,25 +186,12 @@ def parse_responses_request(body: bytes) -> ResponsesRequest:
         max_output_tokens=raw.max_output_tokens,
         parallel_tool_calls=True if raw.parallel_tool_calls is None else raw.parallel_tool_calls,
         store=True if raw.store is None else raw.store,
-        metadata=_metadata(raw.metadata or {}),
+        metadata=raw.metadata or {},
         stream=bool(raw.stream),
         response_tools=response_tools,
         response_tool_choice=response_choice,
         builtin_tools=builtins,
     )
-
-
-def _metadata(raw: dict[str, Any]) -> dict[str, str]:
-    """At most 16 pairs, keys up to 64 characters, string values up to 512 (as OpenAI)."""
-    if len(raw) > 16 or not all(
-        len(k) <= 64 and isinstance(v, str) and len(v) <= 512 for k, v in raw.items()
-    ):
-        raise invalid_request(
-            "`metadata` holds at most 16 pairs of a key up to 64 characters and a string value"
-            " up to 512.",
-            param="metadata",
-        )
-    return raw
 
 
 def _convert(value: object, type_: type[Any], param: str) -> Any:

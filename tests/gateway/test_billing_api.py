@@ -94,6 +94,77 @@ async def test_refused_topups_leave_the_balance_unchanged(
     assert txns["total"] == 1
 
 
+# Amounts as JSON spells them (raw, so the exact token reaches the gateway): beyond what
+# Decimal's default 28 digits can quantize (they were 500 decimal.InvalidOperation), the
+# largest doubles, a 24-digit integer, negative zero, and amounts below a micro-dollar.
+HUGE = [b"1e22", b"1.47e308", b"1.7976931348623157e308", b"123456789012345678901234", b"1E+300"]
+TINY = [b"5e-324", b"1e-7", b"0.0000004"]
+ZEROES = [b"-0.0", b"-0", b"0e0", b"-1e-300"]
+
+
+@pytest.mark.parametrize(
+    ("amount", "code"),
+    [(a, "amount_too_large") for a in HUGE]
+    + [(a, "amount_too_small") for a in TINY]
+    + [(a, None) for a in ZEROES],
+)
+async def test_extreme_topup_amounts_are_400_naming_amount_usd(
+    gateway: Gateway, amount: bytes, code: str | None
+) -> None:
+    r = await gateway.client.post(
+        "/v1/credits/topup",
+        content=b'{"amount_usd": ' + amount + b"}",
+        headers={**gateway.auth(), "content-type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("amount_usd", code), error
+    assert await balance(gateway) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("amount", "param"),
+    [(b"1e400", "amount_usd"), (b"-1e400", "amount_usd"), (b"NaN", None), (b"Infinity", None)],
+)
+async def test_numbers_beyond_a_double_and_non_numbers_are_400(
+    gateway: Gateway, amount: bytes, param: str | None
+) -> None:
+    r = await gateway.client.post(
+        "/v1/credits/topup",
+        content=b'{"amount_usd": ' + amount + b"}",
+        headers={**gateway.auth(), "content-type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+    assert await balance(gateway) == 0.0
+
+
+@pytest.mark.parametrize("amount", [*HUGE, b"-1e22", b"-5"])
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [
+        ("PATCH", "/v1/credits", "replenish_amount_usd"),
+        ("PATCH", "/v1/credits", "replenish_threshold_usd"),
+        ("POST", "/v1/keys", "daily_budget_usd"),
+        ("POST", "/v1/keys", "monthly_budget_usd"),
+    ],
+)
+async def test_extreme_amounts_in_settings_are_400_naming_the_field(
+    gateway: Gateway, amount: bytes, method: str, path: str, field: str
+) -> None:
+    body = b'{"name": "k", "' + field.encode() + b'": ' + amount + b"}"
+    if path == "/v1/credits":
+        body = b'{"' + field.encode() + b'": ' + amount + b"}"
+    r = await gateway.client.request(
+        method,
+        path,
+        content=body,
+        headers={**gateway.auth(), "content-type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
 async def test_scopes_guard_billing(gateway: Gateway) -> None:
     reader = await secret_key(gateway, ["billing:read"])
     writer = await secret_key(gateway, ["billing:write"])

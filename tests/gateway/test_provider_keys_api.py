@@ -161,10 +161,12 @@ async def test_unknown_provider_is_400_without_calling_anyone(rig: Rig) -> None:
         ({"provider": "sim", "api_key": GOOD, "name": "x"}, "name"),
         ({"provider": "sim", "api_key": f" {GOOD}"}, "api_key"),
         ({"provider": "sim", "api_key": "sk-line\r\nX-Injected: 1"}, "api_key"),
-        # Found by schemathesis: characters a header cannot carry were a 500 (latin-1).
-        ({"provider": "sim", "api_key": "sk-\U00087cf5-0123456789"}, "api_key"),
-        ({"provider": "sim", "api_key": "sk-caf\u00e9-0123456789"}, "api_key"),
-        ({"provider": "sim", "api_key": "sk-two words-0123456789"}, "api_key"),
+        # Sent in a header: beyond Latin-1 it could not be encoded (a 500), and providers
+        # issue keys of printable ASCII only.
+        ({"provider": "sim", "api_key": "sk-日本語abcdefghijkl"}, "api_key"),
+        ({"provider": "sim", "api_key": "sk-éabcdefghijklmnop"}, "api_key"),
+        ({"provider": "sim", "api_key": "sk-\x85abcdefghijklmn"}, "api_key"),
+        ({"provider": "sim", "api_key": "sk-in side-abcdefghij"}, "api_key"),
     ],
 )
 async def test_invalid_bodies_are_400_with_the_param(
@@ -172,6 +174,7 @@ async def test_invalid_bodies_are_400_with_the_param(
 ) -> None:
     r = await rig.gateway.client.post(PATH, json=body, headers=rig.gateway.auth())
     assert r.status_code == 400 and error_of(r)["param"] == param
+    assert (await rig.gateway.client.get(PATH, headers=rig.gateway.auth())).json()["total"] == 0
 
 
 async def test_provider_unreachable_failing_or_silent(rig: Rig) -> None:

@@ -40,3 +40,35 @@ def test_bad_bodies_are_400(body: bytes, code: str | None, param: str | None) ->
     assert caught.value.status == 400
     assert caught.value.code == code
     assert caught.value.param == param
+
+
+class Relayed(msgspec.Struct):
+    model: str
+    messages: msgspec.Raw  # kept as bytes and relayed: msgspec never decodes its strings
+
+
+@pytest.mark.parametrize(
+    "bad", [b"a\xffb", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xf4\x90\x80\x80"]
+)
+@pytest.mark.parametrize(
+    "template",
+    [
+        b'{"model": "%s", "messages": []}',  # decoded: msgspec raised UnicodeDecodeError (a 500)
+        b'{"model": "m", "messages": [{"content": "%s"}]}',  # relayed: passed unchecked
+        b'{"model": "m", "messages": [], "other": "%s"}',  # skipped: passed unchecked
+    ],
+)
+def test_a_body_that_is_not_utf8_is_invalid_json(template: bytes, bad: bytes) -> None:
+    with pytest.raises(APIError) as caught:
+        decode_json(template.replace(b"%s", bad), Relayed)
+    assert (caught.value.status, caught.value.code, caught.value.param) == (
+        400,
+        "invalid_json",
+        None,
+    )
+
+
+def test_valid_utf8_beyond_ascii_decodes() -> None:
+    body = '{"model": "é", "messages": [{"content": "日本 😀"}]}'.encode()
+    decoded = decode_json(body, Relayed)
+    assert decoded.model == "é" and "😀".encode() in bytes(decoded.messages)

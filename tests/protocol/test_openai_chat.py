@@ -68,7 +68,7 @@ def test_parse_defaults() -> None:
             "stream_options.include_usage",
         ),
         (b'{"model":"m","messages":[{}],"max_tokens":0}', "max_tokens"),
-        (b'{"model":"m","messages":[{}],"metadata":{"a":1}}', "metadata[...]"),
+        (b'{"model":"m","messages":[{}],"metadata":{"a":1}}', "metadata"),
     ],
 )
 def test_parse_rejects_with_the_param(body: bytes, param: str) -> None:
