@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import get_args
+from urllib.parse import quote
 
 from gateway.auth import Authenticator
 from gateway.server.asgi import Receive, Scope, Send
@@ -69,7 +70,7 @@ class WebApp:
             ctx = RequestContext("req_unknown", method, scope["path"], time.perf_counter())
         request: Request | None = None
         try:
-            route, params = self.router.match(method, scope["path"])
+            route, params = self.router.match(method, raw_path(scope))
             op = route.operation
             ctx.route = op.path
             request = Request(scope, receive, send, ctx, op, params, self._limits[op.body_limit])
@@ -104,13 +105,22 @@ class WebApp:
                 )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.router.websocket(scope["path"])
+        handler = self.router.websocket(raw_path(scope))
         if handler is not None:
             await handler(scope, receive, send)
             return
         message = await receive()  # websocket.connect
         if message["type"] == "websocket.connect":
             await send({"type": "websocket.close", "code": WEBSOCKET_NOT_FOUND})
+
+
+def raw_path(scope: Scope) -> bytes:
+    """The path as the client sent it (no query): both servers give `raw_path`; a server
+    that does not (ASGI makes it optional) gets the decoded path quoted back."""
+    raw = scope.get("raw_path")
+    if raw is None:
+        raw = quote(scope["path"], safe="/:@!$&'()*+,;=~").encode()
+    return bytes(raw)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
