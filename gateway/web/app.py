@@ -17,6 +17,7 @@ from typing import get_args
 from urllib.parse import quote
 
 from gateway.auth import Authenticator
+from gateway.auth.operator import OperatorKeys
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext, context_of
 from gateway.web.errors import answer
@@ -47,9 +48,11 @@ class WebApp:
         routes: Iterable[Route | WebSocketRoute],
         auth: Authenticator | None,
         limits: BodyLimits = BodyLimits(),
+        operator: OperatorKeys | None = None,
     ) -> None:
         self.router = Router(routes)
         self._auth = auth
+        self._operator = operator or OperatorKeys(())  # none: operator routes are disabled
         self._limits = {kind: limits.of(kind) for kind in get_args(BodyLimit)}
         if auth is None and any(op.auth is not Auth.NONE for op in self.router.operations):
             raise ValueError("routes that need a credential need an Authenticator")
@@ -74,7 +77,13 @@ class WebApp:
             op = route.operation
             ctx.route = op.path
             request = Request(scope, receive, send, ctx, op, params, self._limits[op.body_limit])
-            if op.auth is not Auth.NONE:
+            if op.auth is Auth.OPERATOR:
+                assert self._auth is not None
+                fingerprint = await self._operator.authenticate(
+                    request.header(b"authorization"), self._auth
+                )
+                ctx.key_id = f"operator:{fingerprint}"
+            elif op.auth is not Auth.NONE:
                 assert self._auth is not None
                 principal = await self._auth.authenticate(request.header(b"authorization"))
                 ctx.org_id = principal.org_id

@@ -44,6 +44,9 @@ class Auth(Enum):
     NONE = "none"  # anyone
     ANY = "any"  # a management key or a secret key (holding `scope`, when set)
     MANAGEMENT = "management"  # a management key only: 403 for secret keys
+    # The instance operator's key only (GATEWAY_OPERATOR_KEY; gateway/auth/operator.py): for
+    # instance-wide routes (`/v1/admin/*`), 403 for every organization's credential.
+    OPERATOR = "operator"
 
 
 # Which `[server]` body limit applies to a route (docs/operations.md): json
