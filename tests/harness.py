@@ -23,7 +23,6 @@ from gateway.server.serve import serve_instance
 from gateway.web import Routes
 from protocol.credentials import CredentialKind
 
-
 # The instance-wide operator credential every test instance accepts (`/v1/admin/*`).
 OPERATOR_KEY = "service_op_harness-operator-key-0123456789"
 
