@@ -15,13 +15,11 @@ Parameters a route does not declare are otherwise ignored (the first copy is kep
 
 from __future__ import annotations
 
-import re
 from collections.abc import Container
 from urllib.parse import unquote_to_bytes
 
 from protocol.errors import APIError, invalid_request
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+from protocol.labels import has_control
 
 
 def parse_query(raw: bytes, declared: Container[str]) -> dict[str, str]:
@@ -48,7 +46,7 @@ def _decode(raw: bytes, name: str | None) -> str:
         text = unquote_to_bytes(raw.replace(b"+", b" ")).decode()
     except UnicodeDecodeError:
         raise _refused(name, "is not valid UTF-8 once percent-decoded") from None
-    if _CONTROL.search(text) is not None:
+    if has_control(text):
         raise _refused(name, "holds a control character")
     return text
 

@@ -27,6 +27,7 @@ from urllib.parse import unquote_to_bytes
 
 from gateway.server.asgi import Receive, Scope, Send
 from protocol.errors import APIError, not_found
+from protocol.labels import CONTROL_CHARACTERS
 
 if TYPE_CHECKING:
     from gateway.web.request import Request
@@ -37,7 +38,7 @@ _PARAM = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _ESCAPE = re.compile("%(25|2F)")
 # What no id can hold: C0 and C1 controls, DEL, and the lone surrogates that stand for bytes
 # that were not UTF-8.
-_UNUSABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNUSABLE = re.compile(f"[{CONTROL_CHARACTERS}\ud800-\udfff]")
 
 
 class Auth(Enum):
