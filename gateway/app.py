@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gateway import audio
+from gateway.auth.operator import OperatorKeys
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
@@ -19,6 +20,7 @@ from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
+from gateway.operations.routes import ALONE, Worker
 from gateway.provider_keys import routes as provider_keys
 from gateway.rerank import routes as rerank
 from gateway.responses import routes as responses
@@ -58,8 +60,9 @@ def fine_tuning_deps(runtime: Runtime) -> FineTuningDeps:
     )
 
 
-def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
-    """The app wrapped in the request middleware. `extra` lets tests mount routes of their own."""
+def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = ALONE) -> ASGIApp:
+    """The app wrapped in the request middleware. `extra` lets tests mount routes of their own;
+    `worker` says which of `--workers N` processes this is (`/v1/admin/actors` shows it)."""
     server = runtime.config.server
     deps = InferenceDeps(
         registry=runtime.registry,
@@ -95,10 +98,17 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
             runtime.config.webhooks,
             runtime.webhooks.wake,
         ),
-        operations.routes(runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations),
+        operations.routes(
+            runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations, worker
+        ),
         *extra,
     ]
-    app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
+    app = WebApp(
+        (route for area in areas for route in area),
+        runtime.auth,
+        body_limits(server),
+        OperatorKeys(runtime.config.operator_keys),
+    )
     completions = CompletionEvents(
         runtime.event_writer,
         inference.COMPLETION_ROUTES

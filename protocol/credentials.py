@@ -18,6 +18,9 @@ from protocol.ids import random_token
 MANAGEMENT_PREFIX = "service_mgmt_"
 SECRET_PREFIX = "service_sk_"
 LIVE_SECRET_PREFIX = "service_sk_live_"
+# The instance operator's credential (GATEWAY_OPERATOR_KEY): configured, never generated or
+# stored; not an organization's, so `kind_of` does not know it.
+OPERATOR_PREFIX = "service_op_"
 _SECRET_LENGTH = 48  # base62 characters: ~285 bits
 _DISPLAY_CHARS = 4  # characters of the random part kept in the display prefix
 

@@ -21,18 +21,23 @@ from protocol.errors import invalid_request
 
 # `(?![\s\S])` is the end of the string in Python and in JSON Schema's (ECMA 262) regexes
 # alike: Python's `$` also matches before a final newline, which let "name\n" through.
-NO_CONTROLS = r"^[^\x00-\x1f\x7f-\x9f]*(?![\s\S])"
+CONTROL_CHARACTERS = r"\x00-\x1f\x7f-\x9f"  # a regex character class's body
+NO_CONTROLS = rf"^[^{CONTROL_CHARACTERS}]*(?![\s\S])"
 CONTROLS_MESSAGE = "must not contain control characters (U+0000-U+001F, U+007F-U+009F)"
 
 Label = Annotated[str, Meta(pattern=NO_CONTROLS)]
 
 MAX_IDEMPOTENCY_KEY_CHARS = 255
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+
+
+def has_control(value: str) -> bool:
+    return _CONTROL.search(value) is not None
 
 
 def check_label(value: str, param: str) -> None:
     """400 naming `param` when `value` holds a control character."""
-    if _CONTROL.search(value):
+    if has_control(value):
         raise invalid_request(f"`{param}` {CONTROLS_MESSAGE}.", param=param)
 
 

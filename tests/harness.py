@@ -23,6 +23,9 @@ from gateway.server.serve import serve_instance
 from gateway.web import Routes
 from protocol.credentials import CredentialKind
 
+# The instance-wide operator credential every test instance accepts (`/v1/admin/*`).
+OPERATOR_KEY = "service_op_harness-operator-key-0123456789"
+
 
 @dataclass
 class Gateway:
@@ -50,6 +53,7 @@ def gateway_config(
         "GATEWAY_DATA_DIR": str(data_dir),
         "GATEWAY_PORT": "0",
         "GATEWAY_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "GATEWAY_OPERATOR_KEY": OPERATOR_KEY,
         **env,
     }
     return load_config(path, environ=environ)

@@ -63,7 +63,7 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None) -> Principal:
         """The caller's Principal, or APIError 401. Cancellation: only a cache miss awaits."""
-        token = _bearer(authorization)
+        token = bearer(authorization)
         if kind_of(token) is None:
             raise unauthenticated("Invalid API key: unknown credential format.")
         digest = self._hasher.hash(token)
@@ -112,7 +112,8 @@ class Authenticator:
         return entry
 
 
-def _bearer(authorization: str | None) -> str:
+def bearer(authorization: str | None) -> str:
+    """The token of a `Bearer` Authorization header; APIError 401 when missing or malformed."""
     if not authorization:
         raise unauthenticated(
             "Missing credential: send `Authorization: Bearer <key>`.", code="missing_api_key"

@@ -486,4 +486,5 @@ def load_config(
         files=files,
         images=images,
         fine_tuning=fine_tuning,
+        operator_keys=_from_env(env, "GATEWAY_OPERATOR_KEY", schema.parse_operator_keys) or (),
     )

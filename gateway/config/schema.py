@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from protocol.credentials import OPERATOR_PREFIX
 from protocol.provider_keys import sendable_as_header
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ PRICE_FIELDS = (
 )
 
 BOOTSTRAP_PREFIX = "service_mgmt_"
+OPERATOR_KEY_MIN_LENGTH = 32
+# RFC 6750's b64token: what a bearer credential may hold without quoting.
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 _PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MASK = "***"
@@ -88,7 +92,7 @@ def _safe_repr(
     parts = []
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name)
-        if field.name in masked and value is not None:
+        if field.name in masked and value is not None and value != ():
             text = repr(_MASK)
         elif field.name in urls and isinstance(value, str):
             text = repr(redact_url(value))
@@ -261,11 +265,14 @@ class Config:
     files: FilesConfig = FilesConfig()
     images: ImagesConfig = ImagesConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
+    # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:
+    # those routes are disabled.
+    operator_keys: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return _safe_repr(
             self,
-            masked=frozenset({"master_key", "bootstrap_management_key"}),
+            masked=frozenset({"master_key", "bootstrap_management_key", "operator_keys"}),
             urls=frozenset({"database_url", "redis_url"}),
         )
 
@@ -481,6 +488,31 @@ def parse_bootstrap_key(value: object) -> str:
         if len(value) - len(BOOTSTRAP_PREFIX) >= 16:
             return value
     raise InvalidValue(f'must be "{BOOTSTRAP_PREFIX}" followed by at least 16 characters')
+
+
+def parse_operator_keys(value: object) -> tuple[str, ...]:
+    """One operator key, or several separated by commas (rotation: add the new one, move
+    clients over, remove the old one). Problems name the key's position, never its text."""
+    if not isinstance(value, str):
+        raise InvalidValue(f"must be a string, got {describe(value, secret=True)}")
+    keys = tuple(key.strip() for key in value.split(","))
+    for position, key in enumerate(keys, 1):
+        where = f"key {position} of {len(keys)}" if len(keys) > 1 else "the key"
+        if not key:
+            raise InvalidValue(f"has an empty key at position {position} (a stray comma?)")
+        if not key.startswith(OPERATOR_PREFIX):
+            raise InvalidValue(f'{where} must start with "{OPERATOR_PREFIX}"')
+        if len(key) < OPERATOR_KEY_MIN_LENGTH:
+            raise InvalidValue(
+                f"{where} must be at least {OPERATOR_KEY_MIN_LENGTH} characters long, "
+                f"got {len(key)} (e.g. {OPERATOR_PREFIX} and `openssl rand -hex 24`)"
+            )
+        if not _BEARER_TOKEN.fullmatch(key):
+            raise InvalidValue(
+                f"{where} may hold only ASCII letters, digits and - . _ ~ + / (and = at the "
+                "end), as a bearer token"
+            )
+    return keys
 
 
 def parse_bucket(value: object) -> str:

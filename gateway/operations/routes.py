@@ -1,8 +1,17 @@
-"""Operational routes: /healthz, /metrics, /v1/admin/actors, /openapi.json."""
+"""Operational routes: /healthz, /metrics, /v1/admin/actors, /openapi.json.
+
+`/v1/admin/actors` is instance-wide (every organization's actors, queues and errors): only the
+operator key opens it (`Auth.OPERATOR`). Each worker process of `gateway serve --workers N`
+supervises its own actors, so the answer is the tree of the worker that answered, saying which
+one it is (`pid`, `worker` of `workers`, `hostname`).
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -24,13 +33,44 @@ class HealthStatus(msgspec.Struct):
 _OK = msgspec.json.encode(HealthStatus("ok"))
 
 
+@dataclass(frozen=True)
+class Worker:
+    """Which of `gateway serve --workers N`'s processes this is (0-based; 0 of 1 alone)."""
+
+    index: int = 0
+    count: int = 1
+
+
+ALONE = Worker()  # one process: no --workers
+
+
+class ActorTree(msgspec.Struct, frozen=True):
+    """The supervision tree of the process that answered: which process, then the root
+    supervisor's node (the same fields as every node in `children`)."""
+
+    pid: int
+    worker: int  # 0 to workers - 1
+    workers: int
+    hostname: str
+    name: str
+    kind: str
+    state: str
+    restarts: int
+    inbox_depth: int
+    last_error: str | None
+    statistics: dict[str, object]
+    children: tuple[ActorSnapshot, ...]
+
+
 def routes(
     db: Database,
     supervisor: Supervisor,
     metrics: Metrics,
     all_operations: Callable[[], Sequence[Operation]],
+    worker: Worker = ALONE,
 ) -> Routes:
     r = Routes()
+    hostname = socket.gethostname()
 
     @r.operation(
         Operation(
@@ -74,15 +114,31 @@ def routes(
         Operation(
             "GET",
             "/v1/admin/actors",
-            "The live supervision tree (management key)",
+            "The live supervision tree of the worker that answered (operator key)",
             "Operations",
-            response=ActorSnapshot,
-            auth=Auth.MANAGEMENT,
+            response=ActorTree,
+            auth=Auth.OPERATOR,
             errors=(401, 403),
         )
     )
     async def actors(request: Request) -> Response:
-        return json_response(supervisor.snapshot())
+        root = supervisor.snapshot()
+        return json_response(
+            ActorTree(
+                pid=os.getpid(),
+                worker=worker.index,
+                workers=worker.count,
+                hostname=hostname,
+                name=root.name,
+                kind=root.kind,
+                state=root.state,
+                restarts=root.restarts,
+                inbox_depth=root.inbox_depth,
+                last_error=root.last_error,
+                statistics=root.statistics,
+                children=root.children,
+            )
+        )
 
     @r.operation(
         Operation(

@@ -66,12 +66,12 @@ class Exchange:
         self.started = False  # head written
         self.finished = False  # whole response written
         self.keep_alive = head.keep_alive
-        self.error: Reject | None = None  # the body broke framing, or stalled (408)
+        self.error: Reject | None = None  # the body broke framing, ended early, or stalled
 
     async def receive(self) -> Message:
         """The next body part, or `http.disconnect` once the client left (or the body broke
-        framing or stalled). After the whole body: waits until the client leaves. Cancelling
-        it loses nothing."""
+        framing, ended before its end, or stalled: then `error` says what the server answers).
+        After the whole body: waits until the client leaves. Cancelling it loses nothing."""
         conn = self._conn
         if self._request_done or self.error is not None:
             await conn.wait_disconnect()
@@ -103,7 +103,17 @@ class Exchange:
             return {"type": "http.request", "body": b"", "more_body": False}
         if type(event) is Reject:
             return self._fail(event)
-        return {"type": "http.disconnect"}  # the client closed
+        if conn.broken:
+            return {"type": "http.disconnect"}  # the client is gone
+        # The client closed its sending side before the body's end (declared length or last
+        # chunk): a truncated upload. It may still read: the server answers 400.
+        return self._fail(
+            Reject(
+                400,
+                "The request body ended early: the client closed its "
+                "side of the connection before sending all of it.",
+            )
+        )
 
     def _fail(self, error: Reject) -> Message:
         self.error = error
@@ -204,7 +214,10 @@ class Connection:
         self.stream = stream
         self.parser = parser
         self._draining = draining
-        self.closed = False  # the client is gone: EOF, reset, or a failed write
+        # Nothing more comes from the client: EOF, reset, or a failed write. An EOF alone (a
+        # half-close) leaves it able to read our answer; `broken` says it cannot.
+        self.closed = False
+        self.broken = False  # the client reset the connection, or a write to it failed
         self._held = bytearray()  # read while the app waited for a disconnect; not parsed yet
         self._waiter: trio.CancelScope | None = None
 
@@ -259,6 +272,7 @@ class Connection:
         try:
             data = await self.stream.receive_some(RECEIVE_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.broken = True
             data = b""
         if not data:
             self.closed = True
@@ -279,7 +293,7 @@ class Connection:
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self.closed = True
+            self.closed = self.broken = True
             if self._waiter is not None:
                 self._waiter.cancel()
             raise ClientGone from None

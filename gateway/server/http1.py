@@ -226,13 +226,17 @@ class Http1Server:
             return
         except Exception:
             log.exception("unhandled error in the app on %s %s", head.method, scope["path"])
-        if exchange.started or exchange.client_gone:
+        if exchange.started:
             return
-        exchange.keep_alive = False
-        if exchange.error is not None:
-            await _reject(exchange.conn, exchange.error)
+        if exchange.error is not None:  # a client that half-closed mid-body can still read
+            exchange.keep_alive = False
+            if not exchange.conn.broken:
+                await _reject(exchange.conn, exchange.error)
             exchange.finished = True
             return
+        if exchange.client_gone:
+            return
+        exchange.keep_alive = False
         try:
             await exchange.send({"type": "http.response.start", "status": 500, "headers": []})
             await exchange.send({"type": "http.response.body", "body": b""})

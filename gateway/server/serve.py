@@ -28,6 +28,7 @@ from gateway.app import create_app
 from gateway.config import Config, ServerConfig
 from gateway.operations.metrics_shared import ENV as METRICS_ENV
 from gateway.operations.metrics_shared import mark_dead, prepare_directory
+from gateway.operations.routes import ALONE, Worker
 from gateway.runtime import Runtime, open_runtime
 from gateway.server.http1 import Http1Server
 from gateway.web import Routes
@@ -62,12 +63,13 @@ async def serve_instance(
     shutdown_trigger: Callable[[], Awaitable[None]],
     sockets: Sockets | None = None,
     extra_routes: Sequence[Routes] = (),
+    worker: Worker = ALONE,
     task_status: trio.TaskStatus[Served] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one instance until `shutdown_trigger` returns, then drain and stop."""
     server = config.server
     async with open_runtime(config) as runtime:
-        app = create_app(runtime, extra_routes)
+        app = create_app(runtime, extra_routes, worker)
         async with trio.open_nursery() as nursery:
             if server.http_server == "hypercorn":
                 run = partial(
@@ -123,6 +125,7 @@ async def run_until_signalled(
     sockets: Sockets | None = None,
     process_event: ProcessEvent | None = None,
     extra_routes: Sequence[Routes] = (),
+    worker: Worker = ALONE,
     task_status: trio.TaskStatus[Served] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until a signal, drain, return. Must run in the main thread (signal handling)."""
@@ -136,6 +139,7 @@ async def run_until_signalled(
                 shutdown_trigger=stop.wait,
                 sockets=sockets,
                 extra_routes=extra_routes,
+                worker=worker,
                 task_status=task_status,
             )
             nursery.cancel_scope.cancel()  # drained: stop watching signals
@@ -144,11 +148,21 @@ async def run_until_signalled(
         task_status.started(served)
 
 
-def _worker_main(config: Config, sockets: Sockets, process_event: ProcessEvent) -> None:
+def _worker_main(
+    config: Config, sockets: Sockets, process_event: ProcessEvent, worker: Worker
+) -> None:
     from gateway.logs import setup_logging
 
     setup_logging(config.log_level)
-    trio.run(partial(run_until_signalled, config, sockets=sockets, process_event=process_event))
+    trio.run(
+        partial(
+            run_until_signalled,
+            config,
+            sockets=sockets,
+            process_event=process_event,
+            worker=worker,
+        )
+    )
 
 
 def serve(config: Config, *, on_started: Callable[[list[str]], None] | None = None) -> int:
@@ -193,8 +207,12 @@ def _serve_workers(config: Config, on_started: Callable[[list[str]], None] | Non
     ctx = multiprocessing.get_context("spawn")
     process_event = ctx.Event()
     processes = [
-        ctx.Process(target=_worker_main, args=(config, sockets, process_event), daemon=False)
-        for sockets in every
+        ctx.Process(
+            target=_worker_main,
+            args=(config, sockets, process_event, Worker(index, len(every))),
+            daemon=False,
+        )
+        for index, sockets in enumerate(every)
     ]
     # One /metrics for all workers (gateway/operations/metrics_shared.py). prometheus_client
     # reads the variable when imported, so the workers must inherit it: set only while they

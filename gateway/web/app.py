@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import get_args
+from urllib.parse import quote
 
 from gateway.auth import Authenticator
+from gateway.auth.operator import OperatorKeys
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext, context_of
 from gateway.web.errors import answer
@@ -46,9 +48,11 @@ class WebApp:
         routes: Iterable[Route | WebSocketRoute],
         auth: Authenticator | None,
         limits: BodyLimits = BodyLimits(),
+        operator: OperatorKeys | None = None,
     ) -> None:
         self.router = Router(routes)
         self._auth = auth
+        self._operator = operator or OperatorKeys(())  # none: operator routes are disabled
         self._limits = {kind: limits.of(kind) for kind in get_args(BodyLimit)}
         if auth is None and any(op.auth is not Auth.NONE for op in self.router.operations):
             raise ValueError("routes that need a credential need an Authenticator")
@@ -69,11 +73,17 @@ class WebApp:
             ctx = RequestContext("req_unknown", method, scope["path"], time.perf_counter())
         request: Request | None = None
         try:
-            route, params = self.router.match(method, scope["path"])
+            route, params = self.router.match(method, raw_path(scope))
             op = route.operation
             ctx.route = op.path
             request = Request(scope, receive, send, ctx, op, params, self._limits[op.body_limit])
-            if op.auth is not Auth.NONE:
+            if op.auth is Auth.OPERATOR:
+                assert self._auth is not None
+                fingerprint = await self._operator.authenticate(
+                    request.header(b"authorization"), self._auth
+                )
+                ctx.key_id = f"operator:{fingerprint}"
+            elif op.auth is not Auth.NONE:
                 assert self._auth is not None
                 principal = await self._auth.authenticate(request.header(b"authorization"))
                 ctx.org_id = principal.org_id
@@ -104,13 +114,22 @@ class WebApp:
                 )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        handler = self.router.websocket(scope["path"])
+        handler = self.router.websocket(raw_path(scope))
         if handler is not None:
             await handler(scope, receive, send)
             return
         message = await receive()  # websocket.connect
         if message["type"] == "websocket.connect":
             await send({"type": "websocket.close", "code": WEBSOCKET_NOT_FOUND})
+
+
+def raw_path(scope: Scope) -> bytes:
+    """The path as the client sent it (no query): both servers give `raw_path`; a server
+    that does not (ASGI makes it optional) gets the decoded path quoted back."""
+    raw = scope.get("raw_path")
+    if raw is None:
+        raw = quote(scope["path"], safe="/:@!$&'()*+,;=~").encode()
+    return bytes(raw)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

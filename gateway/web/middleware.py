@@ -26,12 +26,20 @@ REQUEST_ID_HEADER = b"x-request-id"
 # Called once per finished HTTP request with its context, final status and seconds taken;
 # must not block (it runs in the request's task, after the response).
 FinishObserver = Callable[[RequestContext, int, float], None]
-_CREDENTIAL = re.compile(r"(service_(?:mgmt|sk)_[A-Za-z]*_?)[A-Za-z0-9]+")
+# Organizations' keys are base62 after their prefix; an operator key may hold any bearer-token
+# character (GATEWAY_OPERATOR_KEY is chosen by the operator).
+_CREDENTIAL = re.compile(
+    r"(service_(?:mgmt|sk)_[A-Za-z]*_?)[A-Za-z0-9]+|(service_op_)[A-Za-z0-9._~+/=%-]+"
+)
 
 
 def redact(text: str) -> str:
     """Mask anything shaped like one of our credentials (say, pasted into a URL by mistake)."""
-    return _CREDENTIAL.sub(r"\1***", text) if "service_" in text else text
+    return _CREDENTIAL.sub(_mask, text) if "service_" in text else text
+
+
+def _mask(found: re.Match[str]) -> str:
+    return (found.group(1) or found.group(2)) + "***"
 
 
 class RequestMiddleware:

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from email.message import Message
 from typing import IO
 from urllib.parse import unquote
 
@@ -79,10 +80,38 @@ def multipart_boundary(content_type: str | bytes | None) -> bytes:
             type="invalid_request_error",
             code="unsupported_media_type",
         )
+    repeated = repeated_parameter(content_type, extended=True)
+    if repeated is not None:
+        raise malformed(
+            f"The multipart/form-data Content-Type gives the {repeated!r} parameter more than once."
+        )
     boundary = params.get(b"boundary", b"")
     if not _BOUNDARY.fullmatch(boundary):
         raise malformed("The multipart/form-data Content-Type has no valid boundary parameter.")
     return boundary
+
+
+def repeated_parameter(value: str | bytes | None, *, extended: bool) -> str | None:
+    """The first parameter a header value (`type; a=1; b=2`) names twice, or None. The parser
+    above keeps the last copy silently; another reader may keep the first, so a repeat is
+    refused rather than guessed. With `extended`, RFC 2231 forms (`boundary*=`, `boundary*0=`)
+    count as the plain name (python-multipart ignores them, a reader that honours them would
+    not); without it (a part's Content-Disposition) only plain names count, since `filename`
+    with `filename*` is the legitimate fallback pair. The split is the standard library's
+    (`email.message`), the one python-multipart's own was copied from."""
+    if not value:
+        return None
+    message = Message()
+    message["v"] = value.decode("latin-1") if isinstance(value, bytes) else value
+    seen: set[str] = set()
+    params: list[tuple[str, object]] = list(message.get_params(failobj=[], header="v"))
+    for name, param in params[1:]:
+        if not extended and not isinstance(param, str):
+            continue  # an RFC 2231 `name*` parameter
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 @asynccontextmanager
@@ -283,6 +312,12 @@ class Part:
             raise malformed(
                 f"Part {form._parts} of the form has no 'Content-Disposition: form-data' "
                 "header with a name."
+            )
+        repeated = repeated_parameter(disposition, extended=False)
+        if repeated is not None:
+            raise malformed(
+                f"Part {form._parts} of the form gives the {repeated!r} parameter of its "
+                "Content-Disposition more than once."
             )
         self.name = params[b"name"].decode("utf-8", "replace")
         self.filename = _filename(disposition, params.get(b"filename"))

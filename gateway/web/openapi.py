@@ -59,7 +59,12 @@ def _operation(op: Operation, ref: dict[Any, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "tags": [op.tag]}
     if op.auth is not Auth.NONE:
         out["security"] = [{"bearer": []}]
-    if op.auth is Auth.MANAGEMENT:
+    if op.auth is Auth.OPERATOR:
+        out["description"] = (
+            "Needs the operator key (GATEWAY_OPERATOR_KEY); organizations' keys get 403, and "
+            "it is 403 for everyone when no operator key is configured."
+        )
+    elif op.auth is Auth.MANAGEMENT:
         out["description"] = "Needs a management key."
     elif op.scope:
         out["description"] = f"Needs a management key or a secret key with `{op.scope}`."

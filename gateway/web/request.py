@@ -13,22 +13,26 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import parse_qsl
 
 from gateway.auth.principal import Principal
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext
 from gateway.web.errors import ClientDisconnected, request_too_large
 from gateway.web.multipart import DEFAULT_LIMITS, Form, MultipartLimits, open_multipart
+from gateway.web.query import parse_query
 from gateway.web.responses import Headers
 from protocol.decoding import decode_json
-from protocol.errors import invalid_request
+from protocol.errors import APIError, invalid_request
 
 if TYPE_CHECKING:
     from gateway.web.routing import Operation
 
 T = TypeVar("T")
 _NO_PARAMS: Mapping[str, str] = MappingProxyType({})
+# Header fields the gateway reads that carry one value (RFC 9110: not a list).
+SINGLE_VALUED = frozenset(
+    (b"authorization", b"content-type", b"content-length", b"host", b"idempotency-key")
+)
 _TRUE = frozenset({"true", "1", "yes"})
 _FALSE = frozenset({"false", "0", "no"})
 
@@ -84,29 +88,38 @@ class Request:
         return str(self.scope["path"])
 
     def header(self, name: bytes) -> str | None:
-        """A request header's value (first occurrence); `name` lower-case."""
+        """A request header's value; `name` lower-case. A field sent more than once is
+        combined with ", " as RFC 9110 5.3 defines for list-valued fields (`Accept`), except
+        the single-valued ones the gateway reads (`SINGLE_VALUED`): a second copy of those is
+        400 `duplicate_header`, since which copy a proxy in front of us acted on is unknowable.
+        """
+        found: bytes | None = None
         for key, value in self.scope["headers"]:
             if key == name:
-                return str(value.decode("latin-1"))
-        return None
+                if found is None:
+                    found = value
+                elif name in SINGLE_VALUED:
+                    raise duplicate_header(name)
+                else:
+                    found += b", " + value
+        return None if found is None else str(found.decode("latin-1"))
 
     # -- query ----------------------------------------------------------------------------
 
     @property
     def query(self) -> dict[str, str]:
-        """The query parameters (first occurrence of each), parsed on first use."""
+        """The query parameters, parsed on first use by gateway/web/query.py: 400 for invalid
+        UTF-8 or a control character anywhere, and for an empty or repeated parameter the
+        route declares (`Operation.query`); a declared parameter is therefore absent or a
+        non-empty value."""
         if self._query is None:
             raw = self.scope.get("query_string", b"")
-            query: dict[str, str] = {}
-            if raw:
-                for name, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
-                    query.setdefault(name, value)
-            self._query = query
+            self._query = parse_query(raw, self.operation.query_names) if raw else {}
         return self._query
 
     def query_int(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
         raw = self.query.get(name)
-        if raw is None or raw == "":
+        if raw is None:
             return default
         try:
             value = int(raw)
@@ -118,7 +131,7 @@ class Request:
 
     def query_bool(self, name: str) -> bool | None:
         raw = self.query.get(name)
-        if raw is None or raw == "":
+        if raw is None:
             return None
         lowered = raw.lower()
         if lowered in _TRUE:
@@ -214,3 +227,10 @@ class Request:
     async def json(self, type: type[T]) -> T:
         """The body decoded into `type`: 413 past the limit, 400 naming `param` when invalid."""
         return decode_json(await self.body(), type)
+
+
+def duplicate_header(name: bytes) -> APIError:
+    shown = "-".join(word.capitalize() for word in name.decode("latin-1").split("-"))
+    return invalid_request(
+        f"The {shown} header is sent more than once; send it once.", code="duplicate_header"
+    )

@@ -31,9 +31,9 @@ from typing import Any
 import trio
 from PIL import Image
 
+from tests.harness import OPERATOR_KEY
 from tests.inference import Rig, inference_rig
 
-OPERATOR_KEY = "service_op_" + "fuzz" * 10
 ACCEPTED_STATUSES = ["2xx", "3xx", "400", "401", "402", "403", "404", "409", "429"]
 
 FUZZ_TOML = """

@@ -9,7 +9,7 @@ import pytest
 
 from actors.credentials import CredentialEpochWatcher
 from tests.gateway.keys_client import create_key, error_of
-from tests.harness import Gateway, gateway_config, running_gateway
+from tests.harness import OPERATOR_KEY, Gateway, gateway_config, running_gateway
 
 KEY_ROUTES = [
     ("POST", "/v1/keys", {"name": "n"}),
@@ -107,11 +107,15 @@ async def test_key_without_scopes_holds_all_including_keys_manage(gateway: Gatew
     ).status_code == 200
 
 
-async def test_admin_actors_needs_a_management_key(gateway: Gateway) -> None:
+async def test_admin_actors_needs_the_operator_key(gateway: Gateway) -> None:
     key = await create_key(gateway, name="k")
     r = await gateway.client.get("/v1/admin/actors", headers=gateway.auth(key["key"]))
     assert r.status_code == 403
+    r = await gateway.client.get("/v1/admin/actors", headers=gateway.auth())
+    assert r.status_code == 403  # an organization's management key: not the instance's operator
     assert (await gateway.client.get("/v1/admin/actors")).status_code == 401
+    r = await gateway.client.get("/v1/admin/actors", headers=gateway.auth(OPERATOR_KEY))
+    assert r.status_code == 200
 
 
 async def test_authentication_is_served_from_the_cache(gateway: Gateway) -> None:

@@ -68,6 +68,15 @@ async def test_bad_config_file_exits_nonzero_naming_file_and_key(tmp_path: Path)
     assert str(bad) in err and "server.port" in err and "Traceback" not in err
 
 
+async def test_a_bad_operator_key_stops_serve_with_a_clear_message(tmp_path: Path) -> None:
+    env = _env(tmp_path, GATEWAY_OPERATOR_KEY="service_mgmt_" + "k" * 40)
+    result = await _run(_gateway("serve"), env, tmp_path)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "GATEWAY_OPERATOR_KEY" in err and '"service_op_"' in err
+    assert "k" * 40 not in err and "Traceback" not in err
+
+
 async def test_unknown_key_in_config_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "typo.toml"
     bad.write_text(

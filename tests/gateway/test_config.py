@@ -42,6 +42,8 @@ output_usd_per_mtok = 0.60
 MASTER_KEY = bytes(range(32))
 MASTER_KEY_B64 = base64.b64encode(MASTER_KEY).decode()
 BOOTSTRAP_KEY = "service_mgmt_" + "b" * 24
+OPERATOR_KEY = "service_op_" + "o" * 21  # 32 characters: the shortest accepted
+OPERATOR_KEY2 = "service_op_" + "p" * 40
 PROVIDER_KEY = "sk-provider-secret-123456"
 
 PROVIDER = (
@@ -444,6 +446,14 @@ def test_blank_environment_values_do_not_override(tmp_path: Path) -> None:
         ("GATEWAY_MASTER_KEY", base64.b64encode(b"k" * 31).decode(), "exactly 32 bytes"),
         ("GATEWAY_BOOTSTRAP_MANAGEMENT_KEY", "service_sk_" + "x" * 20, '"service_mgmt_" followed'),
         ("GATEWAY_BOOTSTRAP_MANAGEMENT_KEY", "service_mgmt_" + "x" * 15, "at least 16 characters"),
+        ("GATEWAY_OPERATOR_KEY", "service_mgmt_" + "x" * 32, 'must start with "service_op_"'),
+        ("GATEWAY_OPERATOR_KEY", "x" * 40, 'must start with "service_op_"'),
+        ("GATEWAY_OPERATOR_KEY", "service_op_" + "x" * 20, "at least 32 characters"),
+        ("GATEWAY_OPERATOR_KEY", OPERATOR_KEY + ",service_op_short", "at least 32 characters"),
+        ("GATEWAY_OPERATOR_KEY", OPERATOR_KEY + ",", "an empty key at position 2"),
+        ("GATEWAY_OPERATOR_KEY", OPERATOR_KEY + ",," + OPERATOR_KEY2, "an empty key"),
+        ("GATEWAY_OPERATOR_KEY", "service_op_" + "x" * 20 + " " + "y" * 20, "letters, digits"),
+        ("GATEWAY_OPERATOR_KEY", "service_op_" + "é" * 30, "letters, digits"),
         (
             "GATEWAY_LOG_LEVEL",
             "verbose",
@@ -465,12 +475,25 @@ def test_bootstrap_key_with_exactly_16_characters_is_accepted() -> None:
     )
 
 
+def test_operator_keys_one_or_several() -> None:
+    assert load_config(environ={}).operator_keys == ()
+    assert load_config(environ={"GATEWAY_OPERATOR_KEY": " "}).operator_keys == ()
+    one = load_config(environ={"GATEWAY_OPERATOR_KEY": OPERATOR_KEY})
+    assert one.operator_keys == (OPERATOR_KEY,)
+    several = load_config(environ={"GATEWAY_OPERATOR_KEY": f"{OPERATOR_KEY} , {OPERATOR_KEY2}"})
+    assert several.operator_keys == (OPERATOR_KEY, OPERATOR_KEY2)
+    for text_form in (repr(several), str(several)):
+        assert "service_op_" not in text_form and "operator_keys='***'" in text_form
+
+
 def test_secrets_are_not_echoed_in_environment_errors() -> None:
     bad_master = "c2VjcmV0LW1hc3Rlci1rZXk="  # base64, but of 17 bytes
     bad_bootstrap = "service_mgmt_short!"
     for variable, value in [
         ("GATEWAY_MASTER_KEY", bad_master),
         ("GATEWAY_BOOTSTRAP_MANAGEMENT_KEY", bad_bootstrap),
+        ("GATEWAY_OPERATOR_KEY", "service_op_tooshort-secret"),
+        ("GATEWAY_OPERATOR_KEY", OPERATOR_KEY + ",service_mgmt_" + "s" * 40),
         ("GATEWAY_DATABASE_URL", "mysql://user:hunter2@db/x"),
     ]:
         with pytest.raises(ConfigError) as caught:

@@ -73,20 +73,55 @@ def _routes() -> Routes:
 
 def test_router_static_templated_and_slash_params() -> None:
     router = Router(_routes())
-    route, params = router.match("GET", "/v1/things")
+    route, params = router.match("GET", b"/v1/things")
     assert route.operation.summary == "list" and params is None
-    route, params = router.match("GET", "/v1/things/th_1")
+    route, params = router.match("GET", b"/v1/things/th_1")
     assert params == {"thing_id": "th_1"}
-    _, params = router.match("GET", "/v1/models/sim/sim-small")
+    _, params = router.match("GET", b"/v1/models/sim/sim-small")
     assert params == {"model_id": "sim/sim-small"}
     with pytest.raises(APIError) as unknown:
-        router.match("GET", "/v1/things/a/b")
+        router.match("GET", b"/v1/things/a/b")
     assert unknown.value.status == 404 and unknown.value.code == "unknown_url"
     with pytest.raises(APIError) as wrong:
-        router.match("DELETE", "/v1/things")
+        router.match("DELETE", b"/v1/things")
     assert wrong.value.status == 405 and wrong.value.headers == {"Allow": "GET, POST"}
-    route, params = router.match("HEAD", "/v1/things/th_2")  # HEAD: the GET route
+    route, params = router.match("HEAD", b"/v1/things/th_2")  # HEAD: the GET route
     assert route.operation.method == "GET" and params == {"thing_id": "th_2"}
+
+
+def test_router_matches_the_raw_path_segment_by_segment() -> None:
+    router = Router(_routes())
+    # %2F is part of a segment, never a separator: a thing id holding "/", or no route.
+    _, params = router.match("GET", b"/v1/things/a%2Fb")
+    assert params == {"thing_id": "a/b"}
+    for raw in (b"/v1%2Fthings", b"/v1/things%2Fth_1", b"/v1%2fthings/th_1"):
+        with pytest.raises(APIError) as unknown:
+            router.match("GET", raw)
+        assert unknown.value.code == "unknown_url", raw
+    # Other escapes decode inside their segment, literal parts included.
+    assert router.match("GET", b"/v1/th%69ngs")[1] is None
+    assert router.match("GET", b"/v1/things/a%25b")[1] == {"thing_id": "a%b"}
+    assert router.match("GET", b"/v1/things/a%252Fb")[1] == {"thing_id": "a%2Fb"}
+    assert router.match("GET", b"/v1/things/%C3%A9")[1] == {"thing_id": "\u00e9"}
+    # A slash parameter takes the rest of the path, encoded slashes decoded.
+    assert router.match("GET", b"/v1/models/sim%2Fsim-small")[1] == {"model_id": "sim/sim-small"}
+
+
+@pytest.mark.parametrize(
+    "raw", [b"%00", b"a%01", b"%1f", b"%7F", b"%C2%85", b"%ff", b"%c0%af", b"%ED%A0%80"]
+)
+def test_a_path_parameter_no_id_can_hold_is_404(raw: bytes) -> None:
+    router = Router(_routes())
+    for path in (b"/v1/things/" + raw, b"/v1/models/sim/" + raw):
+        with pytest.raises(APIError) as refused:
+            router.match("GET", path)
+        error = refused.value
+        assert (error.status, error.code, error.param) == (
+            404,
+            "not_found",
+            "thing_id" if b"things" in path else "model_id",
+        )
+        error.body()  # renders: no undecodable text in the message
 
 
 def test_router_refuses_a_route_declared_twice() -> None:
@@ -253,3 +288,27 @@ async def test_unknown_websocket_path_is_refused_through_hypercorn(
                     assert chunk, received
                     received += chunk
         assert received.startswith(b"HTTP/1.1 403"), received
+
+
+async def test_a_list_header_sent_twice_is_combined_a_single_valued_one_refused() -> None:
+    r = Routes()
+
+    @r.operation(Operation("GET", "/v1/echo", "echo", "T", auth=Auth.NONE))
+    async def echo(request: Request) -> Response:
+        return json_response(
+            {"accept": request.header(b"accept"), "type": request.header(b"content-type")}
+        )
+
+    client = _Client(WebApp(r, None))
+    accept = [(b"accept", b"application/json"), (b"accept", b"text/event-stream")]
+    status, _, body = await client.request("GET", "/v1/echo", headers=accept)
+    assert status == 200
+    assert msgspec.json.decode(body) == {
+        "accept": "application/json, text/event-stream",
+        "type": None,
+    }
+    twice = [(b"content-type", b"text/plain"), (b"content-type", b"text/plain")]
+    status, _, body = await client.request("GET", "/v1/echo", headers=twice)
+    error = msgspec.json.decode(body)["error"]
+    assert (status, error["code"]) == (400, "duplicate_header")
+    assert "Content-Type" in error["message"]

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from tests.gateway.test_webhooks_processes import settled
+from tests.harness import OPERATOR_KEY
 from tests.inference import Rig, inference_rig
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
@@ -93,7 +94,7 @@ async def produce_and_check(rig: Rig, keys_hook: Receiver, all_hook: Receiver) -
     metrics = (await gw.client.get("/metrics")).text
     assert 'gateway_webhook_deliveries{outcome="delivered"} 61.0' in metrics
     assert 'gateway_webhook_deliveries{outcome="dropped"} 0.0' in metrics
-    tree = (await gw.client.get("/v1/admin/actors", headers=gw.auth())).json()
+    tree = (await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))).json()
     [webhooks] = [n for n in tree["children"] if n["name"] == "webhooks"]
     assert len([c for c in webhooks["children"] if c["name"].startswith("webhook:")]) == 2
 

@@ -27,6 +27,8 @@ from tests.gateway.test_cli import BOOTSTRAP, _env, _gateway, _start, _stop
 from tests.webhook_receiver import HANG, Receiver, ReceiverTLS, make_tls, serve_receiver
 
 MGMT = {"Authorization": f"Bearer {BOOTSTRAP}"}
+OPERATOR_KEY = "service_op_webhooks-processes-operator-0123"
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_KEY}"}
 LEASE_TTL_S = 2
 
 CONFIG = f"""
@@ -51,6 +53,7 @@ class Cluster:
             "GATEWAY_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
             "GATEWAY_CONFIG": str(config),
             "GATEWAY_LOG_LEVEL": "WARNING",
+            "GATEWAY_OPERATOR_KEY": OPERATOR_KEY,
             "SSL_CERT_FILE": str(ca),
         }
         if REDIS_URL is not None:
@@ -108,7 +111,7 @@ async def arrivals(receiver: Receiver, count: int, seconds: float = 30) -> None:
 
 async def owner_of(client: httpx.AsyncClient, webhook_id: str) -> bool:
     """Whether this process delivers the subscription (its actor is in the tree)."""
-    tree = (await client.get("/v1/admin/actors", headers=MGMT)).json()
+    tree = (await client.get("/v1/admin/actors", headers=OPERATOR)).json()
     stack = [tree]
     while stack:
         node = stack.pop()
