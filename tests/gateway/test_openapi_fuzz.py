@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.fuzz_rig import fuzz_rig, run_schemathesis
+from tests.gateway.fuzz_rig import PHASES, fuzz_rig, run_schemathesis
 
 pytestmark = pytest.mark.storage
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20"))
 
 
-async def test_schemathesis_finds_nothing(database_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("phases", PHASES)
+async def test_schemathesis_finds_nothing(database_url: str, tmp_path: Path, phases: str) -> None:
     async with fuzz_rig(database_url, tmp_path / "gw") as (rig, seeded):
-        result = await run_schemathesis(rig, seeded, tmp_path, examples=EXAMPLES)
-    print(f"schemathesis ({EXAMPLES} examples per operation): {result.summary}")
+        result = await run_schemathesis(rig, seeded, tmp_path, phases=phases, examples=EXAMPLES)
+    print(f"schemathesis {phases} ({EXAMPLES} examples per operation): {result.summary}")
     assert result.returncode == 0, result.output[-30000:]
