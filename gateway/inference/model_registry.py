@@ -31,11 +31,13 @@ class ResolvedModel:
         return (self.id, *self.aliases)
 
 
-def model_not_found(name: str) -> APIError:
+def model_not_found(name: str, *, status: int = 404) -> APIError:
+    """404 on every route that names a model, but 400 where the API's error table says an
+    invalid model is a bad request (rerank: docs/decisions.md)."""
     return APIError(
-        404,
+        status,
         f"The model {name!r} does not exist or is not served by this gateway.",
-        type="not_found_error",
+        type="not_found_error" if status == 404 else "invalid_request_error",
         code="model_not_found",
         param="model",
     )
