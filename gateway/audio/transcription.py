@@ -32,7 +32,6 @@ from protocol.audio.transcription import (
     check_filename,
     file_too_large,
     reserved_minutes,
-    supports_translation,
 )
 from protocol.errors import APIError, invalid_request
 from protocol.multipart_form import FormEncoder
@@ -80,12 +79,6 @@ class Transcribe:
                 fields.check()
             assert fields.model is not None
             model, price = await admit_model(call, deps, fields.model, capability=self._task)
-            if self._task == "translation" and not supports_translation(model.upstream):
-                raise invalid_request(
-                    f"The model {model.id!r} does not translate audio; use a whisper model.",
-                    param="model",
-                    code="unsupported_model",
-                )
             unit_price = price.usd_per_minute if price is not None else None
             most = reserved_minutes(declared or self._max_file_bytes)
             await reserve_units(call, deps, unit_price, capability=self._task, units=most)

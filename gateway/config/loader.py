@@ -266,6 +266,14 @@ def _parse_models(
                 "provider", f"no provider named {got} (configured providers: {configured})"
             )
         prices = {name: table.get(name, schema.parse_price, None) for name in schema.PRICE_FIELDS}
+        translations = table.get("translations", schema.parse_bool, None)
+        supports = next(p.supports for p in providers if p.name == provider)
+        if translations and supports is not None and "audio" not in supports:
+            raise table.error(
+                "translations",
+                f'the provider {schema.describe(provider)} does not list "audio" in its '
+                "supports, so this model cannot serve translations",
+            )
         models.append(
             ModelConfig(
                 id=model_id,
@@ -276,6 +284,7 @@ def _parse_models(
                 max_document_tokens=table.get(
                     "max_document_tokens", schema.parse_document_tokens, None
                 ),
+                translations=translations,
             )
         )
         table.finish()

@@ -162,6 +162,9 @@ class ModelConfig:
     # Rerank: the most tokens one document may hold (SPEC: a per-model maximum, 512 to 16,000);
     # None: the gateway's default (gateway/rerank/).
     max_document_tokens: int | None = None
+    # May serve /v1/audio/translations; None: by the upstream name (`whisper…` translate:
+    # protocol/audio/transcription.supports_translation), for configs written before the key.
+    translations: bool | None = None
 
 
 @dataclass(frozen=True)

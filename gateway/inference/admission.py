@@ -87,6 +87,13 @@ async def admit_model(
         supports is not None and _SUPPORTS_NAME.get(capability, capability) not in supports
     ):
         raise capability_missing(model, _DESCRIPTIONS[capability])
+    if capability == "translation" and not model.translations:
+        raise invalid_request(
+            f"The model {model.id!r} does not translate audio; use a whisper model, or set "
+            "`translations = true` on its [[models]] entry.",
+            param="model",
+            code="unsupported_model",
+        )
     assert call.principal is not None
     call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
     price: ModelConfig | None = None

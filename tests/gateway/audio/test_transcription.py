@@ -151,6 +151,38 @@ async def test_translations_with_the_sdk_and_unsupported_models(rig: Rig) -> Non
     assert balance == CREDIT - expected(Decimal(2)) - expected(Decimal(1), STT_PRICE)
 
 
+async def test_translations_follow_the_models_setting(database_url: str, tmp_path: Path) -> None:
+    # A self-hosted Whisper whose upstream name does not start with `whisper`, and a whisper
+    # model an operator does not let translate.
+    extra = f"""
+[[models]]
+id = "faster-whisper"
+provider = "sim"
+upstream = "Systran/faster-whisper-large-v3"
+usd_per_minute = {WHISPER_PRICE}
+translations = true
+
+[[models]]
+id = "whisper-no-translate"
+provider = "sim"
+upstream = "whisper-1"
+usd_per_minute = {WHISPER_PRICE}
+translations = false
+"""
+    async with audio_rig(database_url, tmp_path, extra_toml=extra) as rig:
+        body = form(field("model", "faster-whisper"), file_part(wav(2)))
+        r = await post_form(rig, TRANSLATIONS, body)
+        assert r.status_code == 200, r.text
+        (sent,) = audio_requests(rig, TRANSLATIONS)
+        assert upstream_form(sent).value("model") == "Systran/faster-whisper-large-v3"
+        body = form(field("model", "whisper-no-translate"), file_part(wav(1)))
+        assert_error(await post_form(rig, TRANSLATIONS, body), 400, "unsupported_model", "model")
+        assert (await post_form(rig, TRANSCRIPTIONS, body)).status_code == 200  # it transcribes
+        assert len(audio_requests(rig, TRANSLATIONS)) == 1
+        balance, _ = await ledger(rig, 2)
+        assert balance == CREDIT - expected(Decimal(2)) - expected(Decimal(1))
+
+
 async def test_fields_after_the_file_are_checked_and_forwarded(rig: Rig) -> None:
     body = form(
         field("model", "whisper"),
