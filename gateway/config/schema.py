@@ -172,6 +172,9 @@ class ImagesConfig:
     """`[images]`: generated images answered as `url` (docs/images.md)."""
 
     url_lifetime_s: int = 3600  # SPEC: a `url` result is valid for 1 hour
+    # The model of an edit or variation whose form has no `model` (OpenAI's API lets it be
+    # omitted): a [[models]] id or `<provider>/<upstream>`. None: `model` is required.
+    default_model: str | None = None
 
 
 @dataclass(frozen=True)

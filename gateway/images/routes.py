@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gateway.images.content import ImageContent
 from gateway.images.generations import Generations
@@ -41,7 +42,7 @@ class ImageEditForm(msgspec.Struct, kw_only=True):
     image: Annotated[str, _PNG]
     mask: Annotated[str, _PNG] | None = None
     prompt: str
-    model: str
+    model: str | UnsetType = UNSET  # optional: [images] default_model when omitted
     size: str = "1024x1024"
     n: int = 1
     response_format: str = "url"
@@ -51,7 +52,7 @@ class ImageVariationForm(msgspec.Struct, kw_only=True):
     """The multipart form of `POST /v1/images/variations`, for /openapi.json only."""
 
     image: Annotated[str, _PNG]
-    model: str
+    model: str | UnsetType = UNSET  # optional: [images] default_model when omitted
     size: str = "1024x1024"
     n: int = 1
     response_format: str = "url"

@@ -702,6 +702,24 @@ def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
 
 
+def test_images_default_model(tmp_path: Path) -> None:
+    text = PROVIDER + '[[models]]\nid = "pix"\nprovider = "openai"\nupstream = "dall-e-2"\n'
+    assert load_text(tmp_path, text).images.default_model is None
+    chosen = load_text(tmp_path, text + '[images]\ndefault_model = "pix"\n').images
+    assert chosen.default_model == "pix"
+    direct = load_text(tmp_path, text + '[images]\ndefault_model = "openai/gpt-image-1"\n')
+    assert direct.images.default_model == "openai/gpt-image-1"
+    for value, problem in (
+        ('"nope"', 'no [[models]] entry has the id "nope"'),
+        ('"azure/dall-e-2"', 'no [[models]] entry has the id "azure/dall-e-2"'),
+        ("3", "must be a string, got 3"),
+    ):
+        path = write(tmp_path, text + f"[images]\ndefault_model = {value}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(path, environ={})
+        assert_error(caught.value, str(path), "images.default_model", problem)
+
+
 def test_images_url_lifetime(tmp_path: Path) -> None:
     assert load_text(tmp_path, "").images.url_lifetime_s == 3600  # SPEC: 1 hour
     assert load_text(tmp_path, "[images]\nurl_lifetime_s = 60\n").images.url_lifetime_s == 60
