@@ -125,7 +125,7 @@ async def test_an_unpriced_model_is_400(rig: Rig) -> None:
 
 @pytest.mark.parametrize("model", ["no-such-model", "nosuchprovider/x", "ft:rerank:org:s:1"])
 async def test_an_unknown_model_is_400(rig: Rig, model: str) -> None:
-    # SPEC's rerank table: an invalid model is 400 (not the 404 of the other inference routes).
+    # The API's rerank table: an invalid model is 400 (not the 404 of the other inference routes).
     error = await refused(rig, {**BODY, "model": model}, 400)
     assert error == {
         "message": error["message"],
