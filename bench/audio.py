@@ -3,7 +3,9 @@ process to the simulated upstream, with the gateway's memory: the upload is rela
 arrives (gateway/audio/transcription.py), so the gateway's RSS should stay flat whatever the
 file's size.
 
-Each round sends one `POST /v1/audio/transcriptions` (multipart: `model` then `file`,
+Each round sends one `POST /v1/audio/transcriptions` (multipart: `model` then `file`, or with
+`--file-first` the file then `model` as OpenAI's curl example orders them, which the gateway
+holds in memory up to 1 MiB and past it in an encrypted temporary file until `model` arrives;
 Content-Length declared, the body generated piece by piece by the client) and times it to the
 response; the gateway's RSS (its process tree, from /proc) is sampled every 50 ms: settled
 before, peak during, settled after. The gateway runs as `bench suite` starts it
@@ -43,6 +45,7 @@ class AudioOptions:
     rounds: int = 3
     sample_interval_s: float = 0.05
     progress: bool = True
+    file_first: bool = False  # the file part before `model` (held by the gateway)
 
 
 @dataclass
@@ -65,22 +68,26 @@ class AudioRow:
         return {**asdict(self), "rss_growth_mb": self.rss_growth_mb}
 
 
-def form(size: int) -> tuple[bytes, bytes, bytes]:
-    """The form's head (fields and the file part's headers), the file's first piece (a WAV
-    header; the rest is zeros) and the tail."""
-    head = (
+def form(size: int, file_first: bool = False) -> tuple[bytes, bytes, bytes]:
+    """The form's head (the fields before the file, and the file part's headers), the file's
+    first piece (a WAV header; the rest is zeros) and the tail (the fields after it)."""
+    fields = (
         f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="model"\r\n\r\nbench-whisper\r\n'
         f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="response_format"\r\n\r\n'
         "text\r\n"
+    )
+    file_head = (
         f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="bench.wav"\r\n'
         "Content-Type: audio/wav\r\n\r\n"
-    ).encode()
-    return head, wav_header(size - 44), f"\r\n--{_BOUNDARY}--\r\n".encode()
+    )
+    head = file_head if file_first else fields + file_head
+    tail = "\r\n" + (fields if file_first else "") + f"--{_BOUNDARY}--\r\n"
+    return head.encode(), wav_header(size - 44), tail.encode()
 
 
-async def upload(client: httpx.AsyncClient, size: int) -> float:
+async def upload(client: httpx.AsyncClient, size: int, file_first: bool = False) -> float:
     """Seconds for one transcription of a `size`-byte WAV file."""
-    head, first, tail = form(size)
+    head, first, tail = form(size, file_first)
     zeros = bytes(PIECE)
 
     async def body() -> AsyncIterator[bytes]:
@@ -104,12 +111,14 @@ async def upload(client: httpx.AsyncClient, size: int) -> float:
     return seconds
 
 
-async def measure_one(client: httpx.AsyncClient, gauge: RssGauge, size: int) -> AudioRow:
+async def measure_one(
+    client: httpx.AsyncClient, gauge: RssGauge, size: int, file_first: bool
+) -> AudioRow:
     before = await gauge.settled_kb()
     gauge.reset()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(gauge.run)
-        seconds = await upload(client, size)
+        seconds = await upload(client, size, file_first)
         nursery.cancel_scope.cancel()
     peak, samples = gauge.peak_kb, gauge.samples
     after = await gauge.settled_kb()
@@ -127,9 +136,10 @@ async def measure_one(client: httpx.AsyncClient, gauge: RssGauge, size: int) -> 
 async def run_audio(options: AudioOptions) -> list[AudioRow]:
     rows: list[AudioRow] = []
     async with transfer_gateway("audio", options.sample_interval_s, extra_toml=AUDIO_TOML) as gw:
-        await upload(gw.client, 1_000_000)  # warm-up
+        await upload(gw.client, 1_000_000, options.file_first)  # warm-up
         for n in range(options.rounds):
-            row = await measure_one(gw.client, gw.gauge, options.size_mb * 1_000_000)
+            size = options.size_mb * 1_000_000
+            row = await measure_one(gw.client, gw.gauge, size, options.file_first)
             if options.progress:
                 print(f"bench audio: round {n + 1}: {row.mb_s:.0f} MB/s", file=sys.stderr)
             rows.append(row)
@@ -151,6 +161,7 @@ def table(rows: list[AudioRow]) -> str:
 def report_json(rows: list[AudioRow], options: AudioOptions) -> dict[str, object]:
     return {
         "scenario": "audio",
+        "file_first": options.file_first,
         "size_mb": options.size_mb,
         "rounds": options.rounds,
         "rss_sample_interval_s": options.sample_interval_s,

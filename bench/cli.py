@@ -181,6 +181,11 @@ def _parser() -> argparse.ArgumentParser:
     audio.add_argument("--rounds", type=_at_least_one, default=3, help="uploads")
     audio.add_argument("--out", type=Path, help="write audio.json here")
     audio.add_argument("--no-progress", action="store_true", help="no progress lines")
+    audio.add_argument(
+        "--file-first",
+        action="store_true",
+        help="the file part before `model` (curl's order: held by the gateway until the model)",
+    )
 
     run = commands.add_parser("run", help="load one OpenAI-compatible base URL")
     run.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8080/v1")
@@ -296,7 +301,12 @@ def _files(args: argparse.Namespace) -> int:
 def _audio(args: argparse.Namespace) -> int:
     """`gateway bench audio`: the table on stdout, audio.json in `--out`; 1 when an upload
     failed (or the gateway did not start)."""
-    options = AudioOptions(size_mb=args.mb, rounds=args.rounds, progress=not args.no_progress)
+    options = AudioOptions(
+        size_mb=args.mb,
+        rounds=args.rounds,
+        progress=not args.no_progress,
+        file_first=args.file_first,
+    )
     try:
         rows = trio.run(run_audio, options)
     except SuiteError as exc:

@@ -89,7 +89,14 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
         files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
-        images.routes(ImagesDeps(deps, runtime.images, runtime.config.public_base_url)),
+        images.routes(
+            ImagesDeps(
+                deps,
+                runtime.images,
+                runtime.config.public_base_url,
+                runtime.config.images.default_model,
+            )
+        ),
         responses.routes(ResponsesDeps(deps, runtime.responses)),
         fine_tuning.routes(fine_tuning_deps(runtime)),
         webhooks.routes(

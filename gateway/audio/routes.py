@@ -5,8 +5,10 @@ from __future__ import annotations
 from gateway.audio.speech import Speech
 from gateway.audio.transcription import FORM_OVERHEAD_BYTES, Transcribe
 from gateway.inference.deps import InferenceDeps
+from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
-from protocol.audio.api import AudioBytes, TranscriptionForm
+from protocol.audio.api import AudioBytes, TranscriptionForm, TranscriptText
+from protocol.audio.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from protocol.audio.speech import SpeechRequest
 from protocol.audio.transcript import Transcription
 from protocol.scopes import AUDIO
@@ -19,7 +21,9 @@ TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 TRANSLATIONS_PATH = "/v1/audio/translations"
 # Their failures are `completion.error` events, as chat's are (gateway/app.py).
 COMPLETION_ROUTES = frozenset({SPEECH_PATH, TRANSCRIPTIONS_PATH, TRANSLATIONS_PATH})
-_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
+_ERRORS = (*UPSTREAM_STATUSES, 402, 403)
+# The speech answer's type per `response_format`; the first is the default (mp3).
+_AUDIO_TYPES = tuple(dict.fromkeys(SPEECH_CONTENT_TYPES.values()))
 
 
 def routes(deps: InferenceDeps, max_file_bytes: int) -> Routes:
@@ -32,7 +36,8 @@ def routes(deps: InferenceDeps, max_file_bytes: int) -> Routes:
             _TAG,
             request=SpeechRequest,
             response=AudioBytes,
-            response_content_type="audio/mpeg",
+            response_content_type=_AUDIO_TYPES[0],
+            alternatives=tuple((kind, AudioBytes) for kind in _AUDIO_TYPES[1:]),
             scope=AUDIO,
             errors=_ERRORS,
         ),
@@ -52,6 +57,8 @@ def routes(deps: InferenceDeps, max_file_bytes: int) -> Routes:
                 request=TranscriptionForm,
                 request_content_type="multipart/form-data",
                 response=Transcription,
+                # response_format text and srt (text/plain), vtt (text/vtt)
+                alternatives=(("text/plain", TranscriptText), ("text/vtt", TranscriptText)),
                 scope=AUDIO,
                 body_limit="audio",
                 errors=(*_ERRORS, 415),

@@ -1,16 +1,19 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations: the client's form is read as it
-streams in and relayed to the provider as it is read, so a 24 MB file is never held.
+streams in and relayed to the provider as it is read, so a 24 MB file is never held in memory.
 
-The fields before the file choose the model (so `model` must come before `file`: 400
-otherwise, see docs/decisions.md, "Audio"); the file goes upstream as it arrives, counted
-(400 `file_too_large` past the limit, the rest never read); fields after the file are checked
-and appended after it. The provider is always asked for verbose_json: its `duration` is what
-is billed (per minute), and the client's format is rendered from it here. Without a duration,
-a WAV file's header gives it; otherwise the file size at the reservation's bitrate does."""
+The model decides where the file goes. When `model` comes before `file` (as the SDKs send it),
+the file goes upstream as it arrives, counted (400 `file_too_large` past the limit, the rest
+never read), and fields after the file are checked and appended after it. When the file comes
+first (OpenAI's own curl example: `-F file=@audio.mp3 -F model=whisper-1`), it is held until
+the rest of the form is read — in memory up to 1 MiB, past it in an encrypted temporary file
+(gateway/web/spool.py), never past the limit — and then relayed with every field before it.
+The provider is always asked for verbose_json: its `duration` is what is billed (per minute),
+and the client's format is rendered from it here. Without a duration, a WAV file's header gives
+it; otherwise the file size at the reservation's bitrate does."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from decimal import Decimal
 
 import msgspec
@@ -23,6 +26,7 @@ from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.multipart import Form, MultipartLimits, Part
 from gateway.web.request import Request
 from gateway.web.responses import Response
+from gateway.web.spool import SpooledFile
 from protocol.audio import transcript
 from protocol.audio.duration import HEAD_BYTES, wav_duration
 from protocol.audio.transcription import (
@@ -32,7 +36,6 @@ from protocol.audio.transcription import (
     check_filename,
     file_too_large,
     reserved_minutes,
-    supports_translation,
 )
 from protocol.errors import APIError, invalid_request
 from protocol.multipart_form import FormEncoder
@@ -76,23 +79,31 @@ class Transcribe:
             forwarded: list[tuple[str, str]] = []
             file_part = await _fields_before_file(form, fields, forwarded)
             extension = check_filename(file_part.filename)
-            if "response_format" in fields.seen:
+            held: SpooledFile | None = None
+            if fields.model is None:
+                held = await self._hold(file_part)
+                async for part in form:  # the rest of the form: small fields only
+                    await _read_field(part, fields, forwarded)
                 fields.check()
-            assert fields.model is not None
+                if fields.model is None:
+                    raise _missing("model")
+            elif "response_format" in fields.seen:
+                fields.check()
             model, price = await admit_model(call, deps, fields.model, capability=self._task)
-            if self._task == "translation" and not supports_translation(model.upstream):
-                raise invalid_request(
-                    f"The model {model.id!r} does not translate audio; use a whisper model.",
-                    param="model",
-                    code="unsupported_model",
-                )
             unit_price = price.usd_per_minute if price is not None else None
-            most = reserved_minutes(declared or self._max_file_bytes)
+            most = reserved_minutes(held.size if held else declared or self._max_file_bytes)
             await reserve_units(call, deps, unit_price, capability=self._task, units=most)
             try:
                 upload = _Upload(self._max_file_bytes)
                 client = deps.upstreams.get(model.provider.name)
-                sent = upload.body(form, file_part, fields, forwarded, model.upstream, extension)
+                sent = upload.body(
+                    held.chunks() if held else file_part,
+                    None if held else form,
+                    fields,
+                    forwarded,
+                    model.upstream,
+                    extension,
+                )
                 try:
                     async with client.post_streamed(
                         self._path,
@@ -123,28 +134,34 @@ class Transcribe:
         body, content_type = transcript.render(result, fields.response_format, raw)
         return Response(body, content_type=content_type.encode())
 
+    async def _hold(self, file_part: Part) -> SpooledFile:
+        """The file, held until `model` arrives (closed with the form); 400 past the limit."""
+        try:
+            return await file_part.spool(max_bytes=self._max_file_bytes)
+        except APIError as exc:
+            if exc.code == "file_too_large":
+                raise file_too_large(self._max_file_bytes) from None
+            raise
+
+
+def _missing(name: str) -> APIError:
+    return invalid_request(
+        f"The form has no `{name}` {'part' if name == 'file' else 'field'}.",
+        param=name,
+        code="missing_required_field",
+    )
+
 
 async def _fields_before_file(
     form: Form, fields: TranscriptionFields, forwarded: list[tuple[str, str]]
 ) -> Part:
     """Read the fields up to the file part, which is returned unread; 400 when the form has
-    no file, or `model` did not come before it."""
+    no file (or neither file nor model)."""
     async for part in form:
         if part.name == "file":
-            if fields.model is None:
-                raise invalid_request(
-                    "The form's `model` field must come before its `file` part "
-                    "(the model decides where the file is streamed).",
-                    param="model",
-                    code="missing_required_field",
-                )
             return part
         await _read_field(part, fields, forwarded)
-    raise invalid_request(
-        "The form has no `file` part." if fields.model else "The form has no `model` field.",
-        param="file" if fields.model else "model",
-        code="missing_required_field",
-    )
+    raise _missing("file" if fields.model else "model")
 
 
 async def _read_field(
@@ -173,14 +190,15 @@ class _Upload:
 
     async def body(
         self,
-        form: Form,
-        file_part: Part,
+        file: AsyncIterable[bytes],
+        rest: Form | None,
         fields: TranscriptionFields,
         forwarded: list[tuple[str, str]],
         upstream_model: str,
         extension: str,
     ) -> AsyncIterator[bytes]:
-        """The fields read so far, the file as it arrives, then the fields after it."""
+        """The fields read so far, the file as it arrives (or from where it was held), then
+        the fields after it when the `rest` of the form is still to be read."""
         encode = self.form
         before = [encode.field("model", upstream_model)]
         before.append(encode.field("response_format", "verbose_json"))
@@ -189,7 +207,7 @@ class _Upload:
         # client's filename.
         content_type = _FILE_TYPES.get(extension, "application/octet-stream")
         yield b"".join(before) + encode.file_head("file", f"audio.{extension}", content_type)
-        async for data in file_part:
+        async for data in file:
             self.size += len(data)
             if self.size > self._max:
                 raise file_too_large(self._max)
@@ -197,9 +215,10 @@ class _Upload:
                 self.head += data[: HEAD_BYTES - len(self.head)]
             yield data
         late: list[tuple[str, str]] = []
-        async for part in form:
-            await _read_field(part, fields, late)
-        fields.check()
+        if rest is not None:
+            async for part in rest:
+                await _read_field(part, fields, late)
+            fields.check()
         after = [encode.field(name, value) for name, value in late]
         yield encode.file_end() + b"".join(after) + encode.end()
 

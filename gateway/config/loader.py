@@ -269,6 +269,14 @@ def _parse_models(
                 "provider", f"no provider named {got} (configured providers: {configured})"
             )
         prices = {name: table.get(name, schema.parse_price, None) for name in schema.PRICE_FIELDS}
+        translations = table.get("translations", schema.parse_bool, None)
+        supports = next(p.supports for p in providers if p.name == provider)
+        if translations and supports is not None and "audio" not in supports:
+            raise table.error(
+                "translations",
+                f'the provider {schema.describe(provider)} does not list "audio" in its '
+                "supports, so this model cannot serve translations",
+            )
         models.append(
             ModelConfig(
                 id=model_id,
@@ -279,6 +287,7 @@ def _parse_models(
                 max_document_tokens=table.get(
                     "max_document_tokens", schema.parse_document_tokens, None
                 ),
+                translations=translations,
             )
         )
         table.finish()
@@ -324,12 +333,26 @@ def _parse_billing(table: _Table) -> BillingConfig:
     return billing
 
 
-def _parse_images(table: _Table) -> ImagesConfig:
+def _parse_images(
+    table: _Table, providers: tuple[ProviderConfig, ...], models: tuple[ModelConfig, ...]
+) -> ImagesConfig:
     lifetime = table.get(
         "url_lifetime_s", schema.integer_in(1, 7 * 86_400), ImagesConfig.url_lifetime_s
     )
+    default_model = table.get("default_model", schema.parse_string, None)
     table.finish()
-    return ImagesConfig(url_lifetime_s=lifetime)
+    if default_model is not None:
+        provider, slash, upstream = default_model.partition("/")
+        known = any(m.id == default_model for m in models) or (
+            slash and upstream and any(p.name == provider for p in providers)
+        )
+        if not known:
+            raise table.error(
+                "default_model",
+                f"no [[models]] entry has the id {schema.describe(default_model)}, and it is not"
+                " <provider>/<upstream model> of a configured provider",
+            )
+    return ImagesConfig(url_lifetime_s=lifetime, default_model=default_model)
 
 
 def _parse_fine_tuning(table: _Table) -> FineTuningConfig:
@@ -452,7 +475,7 @@ def load_config(
     webhooks = _parse_webhooks(top.table("webhooks"))
     billing = _parse_billing(top.table("billing"))
     files = _parse_files(top.table("files"), env)
-    images = _parse_images(top.table("images"))
+    images = _parse_images(top.table("images"), providers, models)
     fine_tuning = _parse_fine_tuning(top.table("fine_tuning"))
     top.finish()
 

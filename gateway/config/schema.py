@@ -168,6 +168,9 @@ class ModelConfig:
     # Rerank: the most tokens one document may hold (the API: a per-model maximum, 512 to 16,000);
     # None: the gateway's default (gateway/rerank/).
     max_document_tokens: int | None = None
+    # May serve /v1/audio/translations; None: by the upstream name (`whisper…` translate:
+    # protocol/audio/transcription.supports_translation), for configs written before the key.
+    translations: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,9 @@ class ImagesConfig:
     """`[images]`: generated images answered as `url` (docs/images.md)."""
 
     url_lifetime_s: int = 3600  # the API: a `url` result is valid for 1 hour
+    # The model of an edit or variation whose form has no `model` (OpenAI's API lets it be
+    # omitted): a [[models]] id or `<provider>/<upstream>`. None: `model` is required.
+    default_model: str | None = None
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
             "Download a file's content (streamed, with its stored media type)",
             _TAG,
             response=FileContent,
-            response_content_type="application/octet-stream",
+            response_content_type="*/*",  # the stored media type: protocol/files/media.py
             scope=FILES,
             errors=(*_AUTH_ERRORS, 404, 500),
         )

@@ -111,6 +111,7 @@ def routes(deps: FineTuningDeps) -> Routes:
             "Cancel a queued, validating or running job (409 once it has ended); no body needed",
             _TAG,
             request=JobCancel,
+            request_required=False,
             response=Job,
             scope=FINE_TUNING,
             errors=(400, *_AUTH, 404, 409, 413),

@@ -32,6 +32,7 @@ class ImagesDeps:
     inference: InferenceDeps
     store: ImageStore
     public_base_url: str | None  # GATEWAY_PUBLIC_BASE_URL; None: built from Host
+    default_model: str | None = None  # [images] default_model: edits and variations
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gateway.images.content import ImageContent
 from gateway.images.generations import Generations
 from gateway.images.produce import ImagesDeps
 from gateway.images.uploads import ImageUploads
 from gateway.images.urls import CONTENT_PATH
+from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
 from gateway.web.routing import Auth
 from protocol.images.generation import ImageGenerationRequest, ImageResult
@@ -23,7 +25,7 @@ EDITS_PATH = "/v1/images/edits"
 VARIATIONS_PATH = "/v1/images/variations"
 # Their failures are `completion.error` events (gateway/inference/completion_events.py).
 COMPLETION_ROUTES = frozenset({GENERATIONS_PATH, EDITS_PATH, VARIATIONS_PATH})
-_ERRORS = (400, 401, 402, 403, 404, 413, 415, 429, 502, 504)
+_ERRORS = (*UPSTREAM_STATUSES, 402, 403)
 _PNG = msgspec.Meta(
     extra_json_schema={"format": "binary"}, description="a square PNG, at most 4 MB"
 )
@@ -41,7 +43,7 @@ class ImageEditForm(msgspec.Struct, kw_only=True):
     image: Annotated[str, _PNG]
     mask: Annotated[str, _PNG] | None = None
     prompt: str
-    model: str
+    model: str | UnsetType = UNSET  # optional: [images] default_model when omitted
     size: str = "1024x1024"
     n: int = 1
     response_format: str = "url"
@@ -51,7 +53,7 @@ class ImageVariationForm(msgspec.Struct, kw_only=True):
     """The multipart form of `POST /v1/images/variations`, for /openapi.json only."""
 
     image: Annotated[str, _PNG]
-    model: str
+    model: str | UnsetType = UNSET  # optional: [images] default_model when omitted
     size: str = "1024x1024"
     n: int = 1
     response_format: str = "url"
@@ -69,7 +71,7 @@ def routes(deps: ImagesDeps) -> Routes:
             request=ImageGenerationRequest,
             response=ImageResult,
             scope=IMAGES,
-            errors=_ERRORS,
+            errors=_ERRORS,  # no 415: the route reads JSON whatever the Content-Type
         ),
         Generations(deps),
     )
@@ -84,7 +86,7 @@ def routes(deps: ImagesDeps) -> Routes:
             response=ImageResult,
             scope=IMAGES,
             body_limit="vision",
-            errors=_ERRORS,
+            errors=(*_ERRORS, 415),
         ),
         uploads.edits,
     )
@@ -99,7 +101,7 @@ def routes(deps: ImagesDeps) -> Routes:
             response=ImageResult,
             scope=IMAGES,
             body_limit="vision",
-            errors=_ERRORS,
+            errors=(*_ERRORS, 415),
         ),
         uploads.variations,
     )
@@ -112,7 +114,7 @@ def routes(deps: ImagesDeps) -> Routes:
             response=ImagePng,
             response_content_type="image/png",
             auth=Auth.NONE,
-            errors=(404, 500),
+            errors=(404, 503),  # 503: the image's record is read from the database
         ),
         ImageContent(deps.store),
     )

@@ -40,9 +40,10 @@ async def _read_file(part: Part) -> bytes:
 
 
 async def _read_form(
-    http: Request, allowed: frozenset[str]
+    http: Request, allowed: frozenset[str], default_model: str | None
 ) -> tuple[dict[str, str], dict[str, bytes]]:
-    """The form's fields and files; 400 naming an unknown, repeated or missing part."""
+    """The form's fields and files, in any order (the images are held: at most 4 MB each);
+    400 naming an unknown, repeated or missing part. Without `model`, `default_model`."""
     fields: dict[str, str] = {}
     files: dict[str, bytes] = {}
     async with http.multipart(FORM_LIMITS) as form:
@@ -58,9 +59,12 @@ async def _read_form(
                 raise invalid_request(
                     f"Unknown parameter: `{name}`.", param=name, code="unknown_parameter"
                 )
+    if "model" not in fields and default_model is not None:
+        fields["model"] = default_model  # as OpenAI's API: `model` may be omitted
     for required in ("model", "prompt") if "prompt" in allowed else ("model",):
         if required not in fields:
-            raise invalid_request(f"`{required}` is required.", param=required)
+            detail = " (no default image model is configured)" if required == "model" else ""
+            raise invalid_request(f"`{required}` is required{detail}.", param=required)
     if "image" not in files:
         raise invalid_request("`image` is required.", param="image")
     return fields, files
@@ -109,7 +113,9 @@ class ImageUploads:
     async def _handle(self, http: Request, *, edit: bool) -> None:
         deps = self._deps
         call = Call(http)
-        fields, files = await _read_form(http, _EDIT_FIELDS if edit else _VARIATION_FIELDS)
+        fields, files = await _read_form(
+            http, _EDIT_FIELDS if edit else _VARIATION_FIELDS, deps.default_model
+        )
         n, size = _n(fields), fields.get("size", "1024x1024")
         response_format = _response_format(fields)
         model, price = await admit_model(call, deps.inference, fields["model"], capability="images")

@@ -13,9 +13,14 @@ from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.fine_tuned import FT_PREFIX, resolve_fine_tuned
-from gateway.inference.model_registry import ResolvedModel, capability_missing, require_price
+from gateway.inference.model_registry import (
+    ResolvedModel,
+    capability_missing,
+    model_not_found,
+    require_price,
+)
 from protocol.billing import KeyBudget
-from protocol.errors import invalid_request
+from protocol.errors import APIError, invalid_request
 
 # What each provider kind can do through the gateway; `supports` in [[providers]] narrows it
 # further. openai, ollama and vllm speak the OpenAI wire format (no entry: all). Cohere's own
@@ -52,18 +57,28 @@ UNIT_PRICE_FIELDS = {
 
 
 async def admit_model(
-    call: Call, deps: InferenceDeps, name: str, *, capability: str
+    call: Call,
+    deps: InferenceDeps,
+    name: str,
+    *,
+    capability: str,
+    unknown_model_status: int = 404,
 ) -> tuple[ResolvedModel, ModelConfig | None]:
     """The resolved model and its price, once the request may go upstream; APIError otherwise
-    (404 unknown model, 403 not allowed, 400 unsupported or unpriced, 429 rate limited, 500
-    the org's provider key unreadable). With the org's own key for the model's provider
-    (bring-your-own-key, set on `call.own_key`) the price is None: nothing is billed, so an
-    unpriced model is allowed. An `ft:` name is the caller's organization's fine-tuned model
-    (one storage read); any other name is resolved without I/O."""
-    if name.startswith(FT_PREFIX):
-        model = await resolve_fine_tuned(deps, call.principal.org_id, name)
-    else:
-        model = deps.registry.resolve(name)
+    (`unknown_model_status` (404) unknown model, 403 not allowed, 400 unsupported or unpriced,
+    429 rate limited, 500 the org's provider key unreadable). With the org's own key for the
+    model's provider (bring-your-own-key, set on `call.own_key`) the price is None: nothing is
+    billed, so an unpriced model is allowed. An `ft:` name is the caller's organization's
+    fine-tuned model (one storage read); any other name is resolved without I/O."""
+    try:
+        if name.startswith(FT_PREFIX):
+            model = await resolve_fine_tuned(deps, call.principal.org_id, name)
+        else:
+            model = deps.registry.resolve(name)
+    except APIError as exc:
+        if exc.code == "model_not_found" and exc.status != unknown_model_status:
+            raise model_not_found(name, status=unknown_model_status) from None
+        raise
     call.ctx.model = model.id
     call.check_model_allowed(model)
     kind_can = _KIND_CAPABILITIES.get(model.provider.kind)
@@ -72,6 +87,13 @@ async def admit_model(
         supports is not None and _SUPPORTS_NAME.get(capability, capability) not in supports
     ):
         raise capability_missing(model, _DESCRIPTIONS[capability])
+    if capability == "translation" and not model.translations:
+        raise invalid_request(
+            f"The model {model.id!r} does not translate audio; use a whisper model, or set "
+            "`translations = true` on its [[models]] entry.",
+            param="model",
+            code="unsupported_model",
+        )
     assert call.principal is not None
     call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
     price: ModelConfig | None = None

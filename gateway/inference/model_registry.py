@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from gateway.config import ModelConfig, ProviderConfig
+from protocol.audio.transcription import supports_translation
 from protocol.errors import APIError, invalid_request
 from protocol.price_catalogue import catalogue_price
 from storage.fine_tuned_models import FineTunedModel
@@ -25,17 +26,20 @@ class ResolvedModel:
     upstream: str
     price: ModelConfig | None  # None: no price known
     aliases: tuple[str, ...] = ()
+    translations: bool = False  # may serve /v1/audio/translations
 
     def names(self) -> tuple[str, ...]:
         """Every identifier that names this model (for `allowed_models`)."""
         return (self.id, *self.aliases)
 
 
-def model_not_found(name: str) -> APIError:
+def model_not_found(name: str, *, status: int = 404) -> APIError:
+    """404 on every route that names a model, but 400 where the API's error table says an
+    invalid model is a bad request (rerank: docs/decisions.md)."""
     return APIError(
-        404,
+        status,
         f"The model {name!r} does not exist or is not served by this gateway.",
-        type="not_found_error",
+        type="not_found_error" if status == 404 else "invalid_request_error",
         code="model_not_found",
         param="model",
     )
@@ -66,6 +70,7 @@ class ModelRegistry:
                 m.upstream,
                 _with_catalogue(m, provider.kind),
                 tuple(aliases[canonical]),
+                supports_translation(m.upstream, m.translations),
             )
             self._by_alias[m.id] = resolved
             self._by_canonical.setdefault(canonical, resolved)
@@ -84,7 +89,13 @@ class ModelRegistry:
         if not sep or not upstream or provider is None:
             raise model_not_found(name)
         listed = _with_catalogue(ModelConfig(name, provider_name, upstream), provider.kind)
-        return ResolvedModel(name, provider, upstream, listed if _priced(listed) else None)
+        return ResolvedModel(
+            name,
+            provider,
+            upstream,
+            listed if _priced(listed) else None,
+            translations=supports_translation(upstream),
+        )
 
     def fine_tuned(self, record: FineTunedModel) -> ResolvedModel | None:
         """The route of an organization's fine-tuned model: its provider, the provider's id for

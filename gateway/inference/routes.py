@@ -10,6 +10,7 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.embeddings import Embeddings
 from gateway.inference.fine_tuned import DeleteModel, ModelDeleted
 from gateway.inference.models import ModelList, ModelObject, Models
+from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
 from protocol.openai_schema import (
     ChatCompletion,
@@ -24,7 +25,7 @@ _TAG = "Inference"
 CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH = "/v1/chat/completions", "/v1/embeddings"
 # The routes whose answers are `completion.*` events (gateway/inference/completion_events.py).
 COMPLETION_ROUTES = frozenset({CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH})
-_UPSTREAM_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
+_UPSTREAM_ERRORS = (*UPSTREAM_STATUSES, 402, 403)
 
 
 def routes(deps: InferenceDeps) -> Routes:
@@ -40,7 +41,7 @@ def routes(deps: InferenceDeps) -> Routes:
             response=ChatCompletion,
             stream=ChatCompletionChunk,
             scope=CHAT_COMPLETIONS,
-            errors=_UPSTREAM_ERRORS,
+            errors=(*_UPSTREAM_ERRORS, 409),  # 409: `metadata.idempotency_key`
         ),
         ChatCompletions(deps),
     )
@@ -90,7 +91,7 @@ def routes(deps: InferenceDeps) -> Routes:
             _TAG,
             response=ModelDeleted,
             scope=FINE_TUNING,
-            errors=(401, 403, 404, 502, 504),
+            errors=(401, 403, 404, *UPSTREAM_STATUSES),  # the provider deletes it first
             slash_params=("model_id",),
         ),
         DeleteModel(deps),

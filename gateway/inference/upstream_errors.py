@@ -22,6 +22,9 @@ from protocol.provider_keys import REJECTED_STATUSES, rejected_by_provider
 log = logging.getLogger("gateway.provider_keys")
 
 _PASSED_THROUGH = {400, 404, 413, 422}
+# What a route that calls a provider may answer because of it (for /openapi.json): refusals
+# passed through, rate limiting, failures, silence. Admission adds 400, 402, 403, 404 and 429.
+UPSTREAM_STATUSES = (*sorted(_PASSED_THROUGH), 429, 502, 504)
 
 
 def to_api_error(exc: UpstreamError) -> APIError:

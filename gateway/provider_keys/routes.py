@@ -70,6 +70,7 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
             response=ProviderKey,
             scope=KEYS_MANAGE,
             success_status=201,
+            other_success=(200,),  # it replaced the key held for that provider
             errors=(400, *_AUTH_ERRORS, 413, 502, 504),
         )
     )

@@ -33,7 +33,10 @@ class Rerank:
         deps = self._deps
         call = Call(http)
         request = decode_request(await http.body())
-        model, price = await admit_model(call, deps, request.model, capability="rerank")
+        # The API's rerank error table: an invalid model is 400, unknown ones included.
+        model, price = await admit_model(
+            call, deps, request.model, capability="rerank", unknown_model_status=400
+        )
         limits = model.price
         ranking = check_request(request, limits.max_document_tokens if limits else None)
         adapter = adapter_for(model.provider.kind)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.inference.deps import InferenceDeps
+from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.rerank.route import Rerank
 from gateway.web import Operation, Routes
 from protocol.rerank.ranking import RerankResponse
@@ -23,7 +24,8 @@ def routes(deps: InferenceDeps) -> Routes:
             request=RerankRequest,
             response=RerankResponse,
             scope=RERANK,
-            errors=(400, 401, 402, 403, 404, 413, 429, 502, 504),
+            # 400 (not 404) for an unknown model: the API's rerank error table
+            errors=(*UPSTREAM_STATUSES, 402, 403),
         ),
         Rerank(deps),
     )

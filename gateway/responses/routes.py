@@ -3,8 +3,9 @@ input items, delete. Declared here for the request layer and the OpenAPI documen
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
+from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.responses.create import CreateResponse
 from gateway.responses.deps import ResponsesDeps
 from gateway.responses.read import InputItemList, ReadResponses, ResponseDeleted
@@ -17,7 +18,18 @@ _TAG = "Responses"
 RESPONSES_PATH = "/v1/responses"
 # The routes whose answers are `completion.*` events (gateway/inference/completion_events.py).
 COMPLETION_ROUTES = frozenset({RESPONSES_PATH})
-_UPSTREAM_ERRORS = (400, 401, 402, 403, 404, 413, 429, 502, 504)
+_UPSTREAM_ERRORS = (*UPSTREAM_STATUSES, 402, 403)
+
+
+class StreamEvent(msgspec.Struct):
+    """One event of a streamed response, for /openapi.json (docs/responses.md lists them all):
+    its `type` (also the SSE `event:` name) and its place in the stream; the other fields are
+    the type's own."""
+
+    type: str
+    sequence_number: int
+
+
 _READ_ERRORS = (401, 403, 404)
 
 
@@ -33,7 +45,7 @@ def routes(deps: ResponsesDeps) -> Routes:
             _TAG,
             request=RequestBody,
             response=ResponseObject,
-            stream=dict[str, Any],
+            stream=StreamEvent,
             scope=RESPONSES,
             errors=_UPSTREAM_ERRORS,
         ),

@@ -4,9 +4,9 @@
 the route's limit by the request layer) and yields its parts in order. A part's data is pulled
 from the body only as the handler reads it, so memory holds one body chunk plus one part's
 headers whatever the size of the upload. A file part is read as a stream (`async for data in
-part`) or spooled to a temporary file (`await part.spool()`); a plain field is read whole and
-capped (`await part.text()`). A part the handler leaves unread is skipped when it asks for the
-next one.
+part`) or spooled (`await part.spool()`: memory, then an encrypted temporary file,
+gateway/web/spool.py); a plain field is read whole and capped (`await part.text()`). A part
+the handler leaves unread is skipped when it asks for the next one.
 
     async with open_multipart(content_type, body, limits) as form:
         async for part in form:
@@ -21,7 +21,8 @@ limit: `field_too_large` and `file_too_large` name the part in `param`, `too_man
 `part_headers_too_large` (the part's name is not known yet) give its position in the message.
 An exception from the body iterator (the client left)
 passes through as it is. Leaving the `async with`, however, closes every spooled file, and a
-spooled file on disk is unlinked from its creation, so nothing outlives the request.
+spooled file on disk is unlinked from its creation (and encrypted under a key that only this
+process holds), so nothing outlives the request.
 
 This module does no HTTP: it never calls `receive()`, enforces no total size (the request
 layer's cap does), renders no response, and never treats a filename as a path.
@@ -30,19 +31,17 @@ layer's cap does), renders no response, and never treats a filename as a path.
 from __future__ import annotations
 
 import re
-import tempfile
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from email.message import Message
-from typing import IO
 from urllib.parse import unquote
 
-import trio
 from python_multipart.exceptions import FormParserError, MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+from gateway.web.spool import SpooledFile
 from protocol.errors import APIError, invalid_request
 
 
@@ -58,8 +57,6 @@ class MultipartLimits:
 
 
 DEFAULT_LIMITS = MultipartLimits()
-_DISK_WRITE_BYTES = 1024 * 1024  # spooled data handed to a worker thread per write
-_READ_BYTES = 1024 * 1024
 # RFC 2046 §5.1.1: 1 to 70 characters, the last one not a space.
 _BOUNDARY = re.compile(rb"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 _FILENAME_STAR = re.compile(r"""(?:^|;)\s*filename\*\s*=\s*([^';\s]*)'[^']*'([^;\s]*)""", re.I)
@@ -242,7 +239,9 @@ class Form:
             raise malformed(f"Malformed multipart body: {exc}.") from None
 
     def _spool_for(self, part: Part) -> SpooledFile:
-        spool = SpooledFile(part, self.limits.spool_memory_bytes)
+        spool = SpooledFile(
+            part.name, part.filename, part.content_type, self.limits.spool_memory_bytes
+        )
         self._spools.append(spool)
         return spool
 
@@ -373,12 +372,21 @@ class Part:
             raise malformed(f"Field '{self.name}' is not valid UTF-8.") from None
 
     async def spool(self, *, max_bytes: int | None = None) -> SpooledFile:
-        """The whole data in a temporary file (memory up to `spool_memory_bytes`, then disk),
-        closed when the form is; past `max_bytes`, 400 `file_too_large`. Disk writes run on a
-        worker thread; cancellation stops at the next chunk, and the form closes the file."""
+        """The whole data, held (memory up to `spool_memory_bytes`, then an encrypted
+        temporary file: gateway/web/spool.py) and closed when the form is; past `max_bytes`,
+        400 `file_too_large`. Disk writes run on a worker thread; cancellation stops at the
+        next chunk, and the form closes the file."""
         self._claim()
         spool = self._form._spool_for(self)
-        await spool._fill(self, max_bytes)
+        async for data in self:
+            if max_bytes is not None and spool.size + len(data) > max_bytes:
+                raise invalid_request(
+                    f"File '{self.name}' is larger than {max_bytes} bytes.",
+                    param=self.name,
+                    code="file_too_large",
+                )
+            await spool.write(data)
+        await spool.finish()
         return spool
 
     def _claim(self) -> None:
@@ -400,66 +408,3 @@ def _filename(disposition: bytes | None, plain: bytes | None) -> str | None:
                 pass
     # Browsers send UTF-8 inside the quotes; the header arrived as bytes.
     return plain.decode("utf-8", "replace") if plain is not None else None
-
-
-class SpooledFile:
-    """A spooled part: its data in `file` (a `tempfile.SpooledTemporaryFile`), read back with
-    `chunks()`. On disk it is an unlinked temporary file, so nothing remains if the process
-    dies; `close()` (or leaving the form) frees it."""
-
-    def __init__(self, part: Part, memory_bytes: int) -> None:
-        self.name = part.name
-        self.filename = part.filename
-        self.content_type = part.content_type
-        self.size = 0
-        self._memory_bytes = memory_bytes
-        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=memory_bytes)
-
-    @property
-    def on_disk(self) -> bool:
-        return self.size > self._memory_bytes
-
-    @property
-    def closed(self) -> bool:
-        return self.file.closed
-
-    def close(self) -> None:
-        self.file.close()
-
-    def __repr__(self) -> str:
-        where = "disk" if self.on_disk else "memory"
-        return f"<SpooledFile name={self.name!r} size={self.size} {where} closed={self.closed}>"
-
-    async def chunks(self, size: int = _READ_BYTES) -> AsyncIterator[bytes]:
-        """The data from the start, `size` bytes at a time (disk reads on a worker thread)."""
-        if not self.on_disk:
-            self.file.seek(0)
-            while data := self.file.read(size):
-                yield data
-            return
-        await trio.to_thread.run_sync(self.file.seek, 0)
-        while data := await trio.to_thread.run_sync(self.file.read, size):
-            yield data
-
-    async def _fill(self, part: Part, max_bytes: int | None) -> None:
-        pending: list[bytes] = []
-        pending_bytes = 0
-        async for data in part:
-            if max_bytes is not None and self.size + len(data) > max_bytes:
-                raise invalid_request(
-                    f"File '{self.name}' is larger than {max_bytes} bytes.",
-                    param=self.name,
-                    code="file_too_large",
-                )
-            self.size += len(data)
-            if not self.on_disk:
-                self.file.write(data)  # still within the in-memory buffer: no I/O
-                continue
-            # Batched, so a 512 MB upload costs hundreds of thread hops, not thousands.
-            pending.append(data)
-            pending_bytes += len(data)
-            if pending_bytes >= _DISK_WRITE_BYTES:
-                await trio.to_thread.run_sync(self.file.writelines, pending)
-                pending, pending_bytes = [], 0
-        if pending:
-            await trio.to_thread.run_sync(self.file.writelines, pending)

@@ -76,6 +76,12 @@ class Operation:
     # Path parameters that may contain `/` (a model id such as `sim/sim-small`); only the
     # last parameter of a path can.
     slash_params: tuple[str, ...] = ()
+    # For /openapi.json only (gateway/web/openapi.py): whether a body must be sent (False: it
+    # may be omitted), other success statuses with the same answer, and other media types of
+    # the success answer (media type, msgspec type; None: binary).
+    request_required: bool = True
+    other_success: tuple[int, ...] = ()
+    alternatives: tuple[tuple[str, Any], ...] = ()
 
     @property
     def path_params(self) -> list[str]:

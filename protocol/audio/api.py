@@ -19,9 +19,13 @@ AudioBytes = Annotated[
 ]
 
 
+# A transcript as text: `response_format` text or srt (text/plain), vtt (text/vtt).
+TranscriptText = Annotated[str, msgspec.Meta(description="the transcript, as asked")]
+
+
 class TranscriptionForm(msgspec.Struct, kw_only=True):
-    """The multipart form of the transcription and translation routes. `model` must come before
-    `file`; `timestamp_granularities[]` may repeat and needs verbose_json."""
+    """The multipart form of the transcription and translation routes, its parts in any order;
+    `timestamp_granularities[]` may repeat and needs verbose_json."""
 
     model: str
     file: Annotated[

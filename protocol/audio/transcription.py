@@ -120,7 +120,12 @@ def reserved_minutes(file_bytes: int) -> Decimal:
     return Decimal(max(file_bytes, 1)) / MIN_BYTES_PER_SECOND / 60
 
 
-def supports_translation(upstream_model: str) -> bool:
-    """Whisper models translate (whisper-1 and open-weight whisper-* served by vLLM and
-    others); OpenAI's gpt-4o-*-transcribe and other providers' models do not."""
+def supports_translation(upstream_model: str, configured: bool | None = None) -> bool:
+    """Whether a model serves translations: as `configured` (a `[[models]]` entry's
+    `translations`) when set, else by its upstream name: whisper models translate (whisper-1
+    and open-weight whisper-* served by vLLM and others); OpenAI's gpt-4o-*-transcribe and
+    other providers' models do not. A self-hosted Whisper under another name
+    (`Systran/faster-whisper-large-v3`) is configured with `translations = true`."""
+    if configured is not None:
+        return configured
     return upstream_model.lower().startswith("whisper")

@@ -26,7 +26,14 @@ class FileUpload(msgspec.Struct, kw_only=True):
 
 # The download's body, for /openapi.json: the file's raw bytes under its stored media type.
 FileContent = Annotated[
-    str, msgspec.Meta(extra_json_schema={"format": "binary"}, description="the file's bytes")
+    str,
+    msgspec.Meta(
+        extra_json_schema={"format": "binary"},
+        description="the file's bytes, served as the media type stored with it: the validated"
+        " type (image/png, image/jpeg, image/webp, application/jsonl), else the filename"
+        " extension's (the standard table; HTML, SVG, XML and JavaScript types excepted), else"
+        " application/octet-stream",
+    ),
 ]
 
 

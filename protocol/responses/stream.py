@@ -420,6 +420,7 @@ class ResponseStream:
                     "type": "response.function_call_arguments.done",
                     "sequence_number": self._next(),
                     "item_id": item.id,
+                    "name": item.name,
                     "output_index": item.output_index,
                     "arguments": arguments,
                 }

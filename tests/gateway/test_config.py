@@ -271,6 +271,41 @@ def test_unit_settings_of_a_model_are_checked(
     assert problem in caught.value.problem
 
 
+def test_translations_is_a_model_setting_defaulting_to_none(tmp_path: Path) -> None:
+    text = PROVIDER + "".join(
+        f'\n[[models]]\nid = "{name}"\nprovider = "openai"\nupstream = "{upstream}"\n{line}\n'
+        for name, upstream, line in (
+            ("faster", "Systran/faster-whisper-large-v3", "translations = true"),
+            ("plain-whisper", "whisper-1", "translations = false"),
+            ("default", "whisper-1", ""),
+        )
+    )
+    models = load_text(tmp_path, text).models
+    assert [m.translations for m in models] == [True, False, None]
+
+
+@pytest.mark.parametrize(
+    ("provider_lines", "line", "problem"),
+    [
+        ("", 'translations = "yes"', 'must be true or false, got "yes"'),
+        ("", "translations = 1", "must be true or false, got 1"),
+        ('supports = ["chat"]\n', "translations = true", 'does not list "audio"'),
+        ('supports = ["chat"]\n', "translations = false", None),  # refusing is always fine
+    ],
+)
+def test_a_bad_translations_value_fails_at_start(
+    tmp_path: Path, provider_lines: str, line: str, problem: str | None
+) -> None:
+    text = PROVIDER + provider_lines + f'\n[[models]]\nid = "m"\nprovider = "openai"\n{line}\n'
+    path = write(tmp_path, text)
+    if problem is None:
+        assert load_config(path, environ={}).models[0].translations is False
+        return
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert_error(caught.value, str(path), "models[0].translations", problem)
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "cohere", "ollama", "vllm"])
 def test_every_provider_kind_is_accepted(tmp_path: Path, kind: str) -> None:
     text = f'[[providers]]\nname = "p"\nkind = "{kind}"\nbase_url = "https://x.example"\n'
@@ -699,6 +734,24 @@ def test_repr_shows_none_for_absent_secrets() -> None:
 )
 def test_redact_url(url: str, expected: str) -> None:
     assert redact_url(url) == expected
+
+
+def test_images_default_model(tmp_path: Path) -> None:
+    text = PROVIDER + '[[models]]\nid = "pix"\nprovider = "openai"\nupstream = "dall-e-2"\n'
+    assert load_text(tmp_path, text).images.default_model is None
+    chosen = load_text(tmp_path, text + '[images]\ndefault_model = "pix"\n').images
+    assert chosen.default_model == "pix"
+    direct = load_text(tmp_path, text + '[images]\ndefault_model = "openai/gpt-image-1"\n')
+    assert direct.images.default_model == "openai/gpt-image-1"
+    for value, problem in (
+        ('"nope"', 'no [[models]] entry has the id "nope"'),
+        ('"azure/dall-e-2"', 'no [[models]] entry has the id "azure/dall-e-2"'),
+        ("3", "must be a string, got 3"),
+    ):
+        path = write(tmp_path, text + f"[images]\ndefault_model = {value}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(path, environ={})
+        assert_error(caught.value, str(path), "images.default_model", problem)
 
 
 def test_images_url_lifetime(tmp_path: Path) -> None:

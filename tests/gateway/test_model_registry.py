@@ -54,3 +54,31 @@ def test_an_embedding_price_does_not_serve_chat() -> None:
     with pytest.raises(APIError):
         require_price(REGISTRY.resolve("oa/text-embedding-3-small"), output=True)
     assert catalogue_price("openai", "nothing") is None
+
+
+def test_translations_default_from_the_upstream_name_and_the_config_wins() -> None:
+    registry = ModelRegistry(
+        [provider("oa", "openai"), provider("local", "vllm")],
+        [
+            ModelConfig("whisper", "oa", "whisper-1"),
+            ModelConfig("no-translate", "oa", "whisper-1-beta", translations=False),
+            ModelConfig("faster", "local", "Systran/faster-whisper-large-v3", translations=True),
+            ModelConfig("scribe", "oa", "gpt-4o-transcribe"),
+        ],
+    )
+    translates = {
+        name: registry.resolve(name).translations
+        for name in (
+            *("whisper", "no-translate", "faster", "scribe", "oa/WHISPER-large"),
+            *("local/Systran/faster-whisper-large-v3", "local/other"),
+        )
+    }
+    assert translates == {
+        "whisper": True,
+        "no-translate": False,
+        "faster": True,
+        "scribe": False,
+        "oa/WHISPER-large": True,  # not configured: by its name
+        "local/Systran/faster-whisper-large-v3": True,  # the configured entry's setting
+        "local/other": False,
+    }

@@ -25,7 +25,8 @@ import trio
 from gateway.files.store import FORM_OVERHEAD_BYTES
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.errors import ClientDisconnected
-from gateway.web.multipart import Form, SpooledFile
+from gateway.web.multipart import Form
+from gateway.web.spool import SpooledFile
 from tests.harness import Gateway, gateway_config, running_gateway
 
 MiB = 1024 * 1024

@@ -153,6 +153,81 @@ def run(
 
 # --- reading our output ------------------------------------------------------------------------
 
+# The fields OpenAI's published OpenAPI description of the Responses API marks required, for each
+# event this stream emits and for the objects inside them: a client generated from that
+# description (or a strict validator) refuses an event without one of them.
+EVENT_REQUIRED = {
+    "response.created": {"type", "response", "sequence_number"},
+    "response.in_progress": {"type", "response", "sequence_number"},
+    "response.completed": {"type", "response", "sequence_number"},
+    "response.incomplete": {"type", "response", "sequence_number"},
+    "response.failed": {"type", "response", "sequence_number"},
+    "response.output_item.added": {"type", "output_index", "item", "sequence_number"},
+    "response.output_item.done": {"type", "output_index", "item", "sequence_number"},
+    "response.content_part.added": {
+        *("type", "item_id", "output_index", "content_index", "part", "sequence_number"),
+    },
+    "response.content_part.done": {
+        *("type", "item_id", "output_index", "content_index", "part", "sequence_number"),
+    },
+    "response.output_text.delta": {
+        *("type", "item_id", "output_index", "content_index", "delta", "sequence_number"),
+        "logprobs",
+    },
+    "response.output_text.done": {
+        *("type", "item_id", "output_index", "content_index", "text", "sequence_number"),
+        "logprobs",
+    },
+    "response.refusal.delta": {
+        *("type", "item_id", "output_index", "content_index", "delta", "sequence_number"),
+    },
+    "response.refusal.done": {
+        *("type", "item_id", "output_index", "content_index", "refusal", "sequence_number"),
+    },
+    "response.function_call_arguments.delta": {
+        *("type", "item_id", "output_index", "delta", "sequence_number"),
+    },
+    "response.function_call_arguments.done": {
+        *("type", "item_id", "name", "output_index", "arguments", "sequence_number"),
+    },
+}
+RESPONSE_REQUIRED = {
+    *("id", "object", "created_at", "error", "incomplete_details", "instructions", "model"),
+    *("tools", "output", "parallel_tool_calls", "metadata", "tool_choice", "temperature"),
+    "top_p",
+}
+ITEM_REQUIRED = {
+    "message": {"id", "type", "role", "content", "status"},
+    "function_call": {"type", "call_id", "name", "arguments"},
+}
+PART_REQUIRED = {
+    "output_text": {"type", "text", "annotations", "logprobs"},
+    "refusal": {"type", "refusal"},
+}
+USAGE_REQUIRED = {
+    *("input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details"),
+    "total_tokens",
+}
+
+
+def check_required(event: dict[str, Any]) -> None:
+    """`event` and everything in it carries the fields OpenAI's schema requires."""
+    kind = event["type"]
+    assert EVENT_REQUIRED[kind] <= event.keys(), (kind, EVENT_REQUIRED[kind] - event.keys())
+    items = [event["item"]] if "item" in event else []
+    parts = [event["part"]] if "part" in event else []
+    if "response" in event:
+        response = event["response"]
+        assert RESPONSE_REQUIRED <= response.keys(), RESPONSE_REQUIRED - response.keys()
+        if response["usage"] is not None:
+            assert USAGE_REQUIRED <= response["usage"].keys()
+        items += response["output"]
+    for item in items:
+        assert ITEM_REQUIRED[item["type"]] <= item.keys(), item
+        parts += item.get("content", [])
+    for part in parts:
+        assert PART_REQUIRED[part["type"]] <= part.keys(), part
+
 
 def parse(body: bytes) -> list[dict[str, Any]]:
     """Our frames as a client's SSE decoder sees them: every event named as its `type`, then
@@ -184,6 +259,9 @@ def check(body: bytes) -> list[dict[str, Any]]:
     done: dict[int, dict[str, Any]] = {}
     texts: dict[tuple[int, int], list[str]] = {}
     arguments: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for event in events:
+        check_required(event)
     for event in events[2:-1]:
         kind = event["type"]
         if kind == "response.output_item.added":
@@ -209,7 +287,9 @@ def check(body: bytes) -> list[dict[str, Any]]:
             arguments.setdefault(index, []).append(event["delta"])
         elif kind == "response.function_call_arguments.done":
             assert "".join(arguments.get(index, [])) == event["arguments"]
+            names[index] = event["name"]
     assert done.keys() == added.keys()
+    assert names == {i: item["name"] for i, item in done.items() if item["type"] == "function_call"}
     assert terminal["response"]["output"] == [done[i] for i in sorted(done)]
     return events
 

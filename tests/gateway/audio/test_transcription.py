@@ -151,6 +151,38 @@ async def test_translations_with_the_sdk_and_unsupported_models(rig: Rig) -> Non
     assert balance == CREDIT - expected(Decimal(2)) - expected(Decimal(1), STT_PRICE)
 
 
+async def test_translations_follow_the_models_setting(database_url: str, tmp_path: Path) -> None:
+    # A self-hosted Whisper whose upstream name does not start with `whisper`, and a whisper
+    # model an operator does not let translate.
+    extra = f"""
+[[models]]
+id = "faster-whisper"
+provider = "sim"
+upstream = "Systran/faster-whisper-large-v3"
+usd_per_minute = {WHISPER_PRICE}
+translations = true
+
+[[models]]
+id = "whisper-no-translate"
+provider = "sim"
+upstream = "whisper-1"
+usd_per_minute = {WHISPER_PRICE}
+translations = false
+"""
+    async with audio_rig(database_url, tmp_path, extra_toml=extra) as rig:
+        body = form(field("model", "faster-whisper"), file_part(wav(2)))
+        r = await post_form(rig, TRANSLATIONS, body)
+        assert r.status_code == 200, r.text
+        (sent,) = audio_requests(rig, TRANSLATIONS)
+        assert upstream_form(sent).value("model") == "Systran/faster-whisper-large-v3"
+        body = form(field("model", "whisper-no-translate"), file_part(wav(1)))
+        assert_error(await post_form(rig, TRANSLATIONS, body), 400, "unsupported_model", "model")
+        assert (await post_form(rig, TRANSCRIPTIONS, body)).status_code == 200  # it transcribes
+        assert len(audio_requests(rig, TRANSLATIONS)) == 1
+        balance, _ = await ledger(rig, 2)
+        assert balance == CREDIT - expected(Decimal(2)) - expected(Decimal(1))
+
+
 async def test_fields_after_the_file_are_checked_and_forwarded(rig: Rig) -> None:
     body = form(
         field("model", "whisper"),
@@ -176,7 +208,20 @@ async def test_fields_after_the_file_are_checked_and_forwarded(rig: Rig) -> None
 @pytest.mark.parametrize(
     ("parts", "code", "param"),
     [
-        ((file_part(wav(1)), field("model", "whisper")), "missing_required_field", "model"),
+        ((file_part(wav(1)), field("language", "en")), "missing_required_field", "model"),
+        ((file_part(wav(1), "a.ogg"), field("model", "whisper")), "invalid_file_format", "file"),
+        (
+            (file_part(b"x"), field("model", "whisper"), field("temperature", "2")),
+            None,
+            "temperature",
+        ),
+        (
+            (file_part(b"x"), field("model", "whisper"), field("model", "whisper")),
+            "duplicate_part",
+            "model",
+        ),
+        ((file_part(b"x"), field("model", "whisper"), file_part(b"y")), "duplicate_part", "file"),
+        ((file_part(b"x"), field("model", "no-such-model")), "model_not_found", "model"),
         ((field("model", "whisper"),), "missing_required_field", "file"),
         ((field("language", "en"),), "missing_required_field", "model"),
         ((field("model", "whisper"), file_part(wav(1), "a.ogg")), "invalid_file_format", "file"),
@@ -238,12 +283,71 @@ async def test_fields_after_the_file_are_checked_and_forwarded(rig: Rig) -> None
         ((field("model", ""), file_part(b"x")), None, "model"),
     ],
 )
-async def test_bad_forms_are_400_and_cost_nothing(
+async def test_bad_forms_are_refused_and_cost_nothing(
     rig: Rig, parts: tuple[bytes, ...], code: str | None, param: str
 ) -> None:
     r = await post_form(rig, TRANSCRIPTIONS, form(*parts))
-    assert_error(r, 400, code, param)
+    assert_error(r, 404 if code == "model_not_found" else 400, code, param)
     assert await ledger(rig, 0) == (CREDIT, [])
+    assert audio_requests(rig, TRANSCRIPTIONS) == []
+
+
+# The file is held in memory up to 1 MiB, in an encrypted temporary file past it.
+@pytest.mark.parametrize("seconds", [2, 40])
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("file", "model"),  # OpenAI's documented curl: -F file=@audio.mp3 -F model=whisper-1
+        ("language", "file", "response_format", "model", "prompt"),
+        ("file", "timestamp_granularities[]", "response_format", "model"),
+    ],
+)
+async def test_the_file_may_come_before_the_model(
+    rig: Rig, seconds: int, order: tuple[str, ...]
+) -> None:
+    audio = wav(seconds)
+    values = {
+        "model": "whisper",
+        "language": "en",
+        "response_format": "verbose_json",
+        "prompt": "Ledgers.",
+        "timestamp_granularities[]": "word",
+    }
+    parts = [file_part(audio) if name == "file" else field(name, values[name]) for name in order]
+    r = await post_form(rig, TRANSCRIPTIONS, form(*parts))
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["text"].startswith("w")
+    if "response_format" in order:
+        assert answer["duration"] == seconds
+    if "timestamp_granularities[]" in order:
+        assert len(answer["words"]) == seconds
+    (sent,) = audio_requests(rig, TRANSCRIPTIONS)
+    upload = upstream_form(sent)
+    assert upload.value("model") == "whisper-1"
+    assert upload.value("response_format") == "verbose_json"
+    for name in ("language", "prompt"):
+        assert upload.value(name) == (values[name] if name in order else None)
+    assert upload.order[0] == "model" and upload.order[-1] == "file"  # every field before it
+    assert upload.filename == "audio.wav"
+    assert upload.file is not None
+    assert hashlib.sha256(upload.file).digest() == hashlib.sha256(audio).digest()
+    balance, rows = await ledger(rig, 1)
+    assert balance == CREDIT - expected(Decimal(seconds))
+    assert rows[0].model == "sim/whisper-1"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+async def test_translations_take_the_file_first_too(rig: Rig) -> None:
+    body = form(file_part(wav(3), "talk.mp3"), field("model", "whisper"))
+    r = await post_form(rig, TRANSLATIONS, body)
+    assert r.status_code == 200, r.text
+    (sent,) = audio_requests(rig, TRANSLATIONS)
+    assert upstream_form(sent).value("model") == "whisper-1"
+    body = form(file_part(wav(1)), field("model", "scribe"))
+    assert_error(await post_form(rig, TRANSLATIONS, body), 400, "unsupported_model", "model")
+    balance, _ = await ledger(rig, 1)
+    assert balance == CREDIT - expected(Decimal(3))
 
 
 @pytest.mark.parametrize(

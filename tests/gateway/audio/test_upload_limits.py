@@ -104,6 +104,18 @@ async def test_a_chunked_file_past_25_mb_is_refused_on_the_way(rig: Rig) -> None
     assert await ledger(rig, 0) == (100_000_000, [])
 
 
+async def test_a_file_first_past_25_mb_is_refused_on_the_way(rig: Rig) -> None:
+    # Held until `model` arrives, but never past the limit: refused as it crosses it.
+    pieces = [file_head("big.wav"), *filler(60 * MB, BLOCK)]
+    status, head, body, sent = await send_until_answered(rig, pieces, length=None)
+    assert status == 400, body
+    error = msgspec.json.decode(body)["error"]
+    assert error["code"] == "file_too_large" and error["param"] == "file"
+    assert 25 * MB < sent < 40 * MB
+    assert audio_requests(rig, TRANSCRIPTIONS) == []
+    assert await ledger(rig, 0) == (100_000_000, [])
+
+
 async def test_a_file_just_over_the_limit_under_a_declared_length_is_refused(rig: Rig) -> None:
     data = wav(1)[:44] + bytes(25 * MB + 1 - 44)
     r = await post_form(
@@ -112,11 +124,13 @@ async def test_a_file_just_over_the_limit_under_a_declared_length_is_refused(rig
     assert_error(r, 400, "file_too_large", "file")
 
 
-async def test_a_24_mb_file_streams_through_intact(rig: Rig) -> None:
+@pytest.mark.parametrize("file_first", [False, True])
+async def test_a_24_mb_file_streams_through_intact(rig: Rig, file_first: bool) -> None:
     data = wav(1)[:44] + bytes(BLOCK * (24 * MB // len(BLOCK)))[: 24 * MB - 44]
-    body = form(
-        field("model", "whisper"), field("response_format", "text"), file_head() + data + b"\r\n"
-    )
+    parts = [field("model", "whisper"), field("response_format", "text")]
+    file = file_head() + data + b"\r\n"
+    # File first (curl's order): held, encrypted on disk, until the model is known.
+    body = form(file, *parts) if file_first else form(*parts, file)
     for framing in ("content-length", "chunked"):
         length = len(body) if framing == "content-length" else None
         pieces = [body[i : i + len(BLOCK)] for i in range(0, len(body), len(BLOCK))]

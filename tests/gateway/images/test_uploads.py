@@ -84,7 +84,8 @@ async def test_sdk_variation_answers_urls(rig: Rig) -> None:
     [
         ("edits", {"model": "dalle2", "prompt": "a"}, {}, "image"),
         ("edits", {"model": "dalle2"}, {"image": PNG}, "prompt"),
-        ("edits", {"prompt": "a"}, {"image": PNG}, "model"),
+        ("edits", {"prompt": "a"}, {"image": PNG}, "model"),  # no [images] default_model
+        ("variations", {}, {"image": PNG}, "model"),
         ("edits", {"model": "dalle2", "prompt": "a"}, {"image": b"GIF89a" + b"0" * 40}, "image"),
         ("edits", {"model": "dalle2", "prompt": "a"}, {"image": PNG[:30]}, "image"),
         ("edits", {"model": "dalle2", "prompt": "a"}, {"image": png((1, 2, 3), 8)[:-12]}, "image"),
@@ -168,3 +169,75 @@ async def test_edit_content_policy(rig: Rig) -> None:
         {"image": ("i.png", PNG, "image/png")},
     )
     assert r.status_code == 400 and error_of(r)["code"] == "content_policy_violation"
+
+
+def raw_form(*parts: tuple[str, bytes, str | None]) -> tuple[bytes, str]:
+    """A multipart body with its parts in exactly the given order (name, value, filename)."""
+    boundary = b"order-test-5b1e"
+    body = b""
+    for name, value, filename in parts:
+        body += b"--" + boundary + b'\r\nContent-Disposition: form-data; name="%s"' % name.encode()
+        if filename is not None:
+            body += b'; filename="%s"\r\nContent-Type: image/png' % filename.encode()
+        body += b"\r\n\r\n" + value + b"\r\n"
+    return body + b"--" + boundary + b"--\r\n", "multipart/form-data; boundary=" + boundary.decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "parts"),
+    [
+        # curl's order: -F image=@in.png -F mask=@mask.png -F prompt=... -F model=...
+        (
+            "edits",
+            [
+                ("image", PNG, "in.png"),
+                ("mask", MASK, "mask.png"),
+                ("prompt", b"add a hat", None),
+                ("n", b"2", None),
+                ("model", b"dalle2", None),
+            ],
+        ),
+        ("variations", [("image", PNG, "in.png"), ("n", b"2", None), ("model", b"dalle2", None)]),
+    ],
+)
+async def test_files_may_come_before_the_model(
+    rig: Rig, path: str, parts: list[tuple[str, bytes, str | None]]
+) -> None:
+    body, content_type = raw_form(*parts)
+    r = await rig.gateway.client.post(
+        f"/v1/images/{path}",
+        content=body,
+        headers={**rig.gateway.auth(rig.key), "content-type": content_type},
+    )
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"]) == 2
+    sent = form_parts(image_requests(rig, path)[-1])
+    assert sent["model"] == b"dall-e-2" and sent["image"] == PNG
+    assert sent.get("mask") == (MASK if path == "edits" else None)
+
+
+async def test_model_defaults_to_the_configured_default_image_model(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = '[images]\ndefault_model = "flux"\n'
+    async with images_rig(database_url, tmp_path, extra_toml=toml) as rig:
+        with sdk(rig) as client:
+            edited = await in_thread(
+                lambda: client.images.edit(
+                    image=("in.png", PNG, "image/png"), prompt="a hat", response_format="b64_json"
+                )
+            )
+            assert base64.b64decode(edited.data[0].b64_json) == image_for("a hat", 0)
+
+            def create_variation() -> Any:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    return client.images.create_variation(image=("in.png", PNG, "image/png"))
+
+            assert len((await in_thread(create_variation)).data) == 1
+        for path in ("edits", "variations"):
+            assert form_parts(image_requests(rig, path)[-1])["model"] == b"flux-schnell"
+        # A model given still wins.
+        r = await post_form(rig, "variations", {"model": "dalle2"}, {"image": ("i.png", PNG)})
+        assert r.status_code == 200, r.text
+        assert form_parts(image_requests(rig, "variations")[-1])["model"] == b"dall-e-2"

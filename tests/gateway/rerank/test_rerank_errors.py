@@ -1,5 +1,5 @@
 """Every status of the API's rerank error table (400, 401, 402, 413, 429) and the others the route
-answers (403, 404), over real HTTP, in the OpenAI error shape; requests refused before the
+answers (403), over real HTTP, in the OpenAI error shape; requests refused before the
 upstream never reach it. Hostile client bodies are 400s, never a crash."""
 
 from __future__ import annotations
@@ -123,9 +123,17 @@ async def test_an_unpriced_model_is_400(rig: Rig) -> None:
     assert error["code"] == "model_price_unknown"
 
 
-async def test_an_unknown_model_is_404(rig: Rig) -> None:
-    error = await refused(rig, {**BODY, "model": "no-such-model"}, 404)
-    assert error["code"] == "model_not_found"
+@pytest.mark.parametrize("model", ["no-such-model", "nosuchprovider/x", "ft:rerank:org:s:1"])
+async def test_an_unknown_model_is_400(rig: Rig, model: str) -> None:
+    # The API's rerank table: an invalid model is 400 (not the 404 of the other inference routes).
+    error = await refused(rig, {**BODY, "model": model}, 400)
+    assert error == {
+        "message": error["message"],
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    assert model in error["message"]
 
 
 async def test_a_missing_or_invalid_key_is_401(rig: Rig) -> None:
