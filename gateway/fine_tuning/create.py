@@ -14,8 +14,9 @@ from __future__ import annotations
 import secrets
 
 from actors.accountant import InsufficientCredits
+from gateway.auth.principal import Principal
 from gateway.fine_tuning.deps import FineTuningDeps
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, require_allowed
 from protocol import errors
 from protocol.billing import fee_percent
 from protocol.fine_tuning.api import JobCreate
@@ -37,7 +38,7 @@ CAPABILITY = "fine_tuning"
 _US = 1_000_000
 
 
-def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
+def _model(deps: FineTuningDeps, name: str, principal: Principal) -> ResolvedModel:
     check_dated(name)
     try:
         model = deps.registry.resolve(name)
@@ -47,6 +48,8 @@ def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
             param="model",
             code="model_not_found",
         ) from None
+    if principal.key is not None:  # the base model is used: the key's allow-list applies
+        require_allowed(model, principal.key.allowed_models)
     provider = model.provider
     supports = provider.supports  # None: not restricted (the config's meaning)
     if provider.kind != "openai" or (supports is not None and CAPABILITY not in supports):
@@ -73,8 +76,9 @@ async def _file(
     return record
 
 
-async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobRecord:
-    model = _model(deps, body.model)
+async def create_job(deps: FineTuningDeps, principal: Principal, body: JobCreate) -> JobRecord:
+    org_id = principal.org_id
+    model = _model(deps, body.model, principal)
     now = deps.clock.now_us()
     training = await _file(deps, org_id, body.training_file, "training_file", now)
     if body.validation_file is not None:

@@ -14,10 +14,10 @@ from actors.throttled_log import ThrottledWarning
 from gateway.auth.principal import Principal
 from gateway.config import ModelConfig
 from gateway.inference.billing import Bill, provider_cost
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.web.request import Request
 from gateway.web.responses import send_json
-from protocol.errors import APIError, forbidden
+from protocol.errors import APIError
 from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
 
@@ -42,12 +42,8 @@ class Call:
 
     def check_model_allowed(self, model: ResolvedModel) -> None:
         key = self.principal.key
-        if key is None or key.allowed_models is None:
-            return
-        if not set(model.names()) & set(key.allowed_models):
-            raise forbidden(
-                f"This key may not use the model {model.id!r}.", code="model_not_allowed"
-            )
+        if key is not None:
+            require_allowed(model, key.allowed_models)
 
     async def admit(self, limiter: RateLimiter) -> None:
         """Apply the key's `rate_limit_rpm`; APIError 429 with Retry-After when over it."""
