@@ -296,6 +296,41 @@ async def test_allowed_networks_and_http_are_the_operators_choice(
         assert _bad(await _create(gw, url="ftp://127.0.0.1/in"), "url")
 
 
+async def test_ssrf_gaps_of_issue_19_are_closed_at_subscription(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Item 11: forms that embed or reach inside addresses, zone ids, and ports other than
+    443 are 400 naming `url`; an operator may allow other ports."""
+    first = gateway_config(database_url, tmp_path)
+    async with running_gateway(first) as gw:
+        refused = [
+            "https://[64:ff9b:1::7f00:1]/",  # RFC 8215 local-use NAT64
+            "https://[::ffff:0:7f00:1]/",  # IPv4-translated loopback
+            "https://192.88.99.1/",  # 6to4 relay anycast
+            "https://[2002:a00:1::1]/",  # 6to4 of 10.0.0.1
+            "https://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
+            "https://[::a00:1]/",  # IPv4-compatible 10.0.0.1
+            "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",  # Teredo, client 127.0.0.1
+        ]
+        for url in refused:
+            error = _bad(await _create(gw, url=url), "url")
+            assert error["code"] == "webhook_url_not_allowed", url
+        for url in ("https://93.184.216.34%00.127.0.0.1/", "https://[fe80::1%25eth0]/"):
+            error = _bad(await _create(gw, url=url), "url")
+            assert error["code"] == "invalid_webhook_url" and "%" in error["message"], url
+        error = _bad(await _create(gw, url="https://93.184.215.14:8443/hooks"), "url")
+        assert error["code"] == "webhook_url_not_allowed" and "port 8443" in error["message"]
+        assert (await _created(gw, url="https://93.184.215.14:443/hooks"))["url"]
+    toml = "[webhooks]\nallowed_ports = [8443]\n"
+    assert first.master_key is not None
+    same_key = base64.b64encode(first.master_key).decode()
+    config = gateway_config(database_url, tmp_path / "b", toml=toml, GATEWAY_MASTER_KEY=same_key)
+    async with running_gateway(config) as gw:
+        assert (await _created(gw, url="https://93.184.215.14:8443/hooks"))["url"]
+        error = _bad(await _create(gw, url="https://93.184.215.14:8080/hooks"), "url")
+        assert error["code"] == "webhook_url_not_allowed"
+
+
 # -- update, delete ------------------------------------------------------------------------
 
 
