@@ -65,7 +65,6 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         registry=runtime.registry,
         upstreams=runtime.upstreams,
         relays=runtime.relays,
-        limiter=runtime.limiter,
         idempotency=runtime.storage.idempotency,
         sse_keepalive_s=server.sse_keepalive_s,
         accountant=runtime.accountant if runtime.config.billing.enabled else None,
@@ -98,7 +97,12 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = ()) -> ASGIApp:
         operations.routes(runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations),
         *extra,
     ]
-    app = WebApp((route for area in areas for route in area), runtime.auth, body_limits(server))
+    app = WebApp(
+        (route for area in areas for route in area),
+        runtime.auth,
+        body_limits(server),
+        limiter=runtime.limiter,
+    )
     completions = CompletionEvents(
         runtime.event_writer,
         inference.COMPLETION_ROUTES

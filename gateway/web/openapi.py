@@ -101,6 +101,8 @@ def _operation(op: Operation, ref: dict[Any, Any]) -> dict[str, Any]:
     errors = list(op.errors)
     if op.auth is not Auth.NONE and 503 not in errors:
         errors.append(503)  # a credential not cached needs the database
+    if op.auth is Auth.ANY and 429 not in errors:
+        errors.append(429)  # a secret key's rate limit, applied by the layer on every route
     for status in errors:
         responses[str(status)] = {
             "description": _STATUS_TEXT.get(status, "Error"),
