@@ -141,7 +141,7 @@ def routes(deps: FineTuningDeps) -> Routes:
             )
         record, refund = moved
         if refund:
-            await deps.balance_changed(record.org_id, refund)
+            await deps.balance_changed(record, refund)
         deps.wake_watcher()  # tells the provider
         return json_response(job_view(record))
 

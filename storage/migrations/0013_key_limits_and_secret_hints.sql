@@ -1,5 +1,5 @@
--- Issue #19: webhook secret hints that gave a short secret away, and (below) the key a
--- fine-tuning job's training is charged to.
+-- Issue #19: webhook secret hints that gave a short secret away, and (below) the key whose
+-- budgets a fine-tuning job's training counts against.
 --
 -- `secret_hint` used to show the last 4 characters of any secret, so a secret of 4 characters
 -- or fewer was shown whole and a short one largely. A hint now shows characters only when
@@ -16,3 +16,8 @@ WHERE substr(secret_sealed, 1, 3) = 'v1:'
       - 28
       - CASE WHEN substr(secret_hint, 1, 6) = 'whsec_' THEN 6 ELSE 0 END
       < 32;
+
+-- The key that created a fine-tuning job (a management or secret key's id; NULL for jobs
+-- created before): its training hold counts in the key's spend for the UTC day and month the
+-- job was created, and a refund at the job's end takes back what was not charged.
+ALTER TABLE fine_tuning_jobs ADD COLUMN key_id TEXT;

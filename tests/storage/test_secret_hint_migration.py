@@ -44,7 +44,8 @@ async def test_stored_hints_stop_revealing_short_secrets(storage: Storage) -> No
             secrets[webhook_id] = secret
     (migration,) = [m for m in available() if m.version == 13]
     for statement in migration.statements(storage.db.dialect):
-        await storage.db.execute(statement)
+        if statement.startswith("UPDATE webhooks"):  # the rest changes the schema: done
+            await storage.db.execute(statement)
     for webhook_id, secret in secrets.items():
         record = await storage.webhooks.get(owner.id, webhook_id)
         assert record is not None
