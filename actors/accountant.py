@@ -376,6 +376,13 @@ class Accountant(Actor):
         if view is not None:
             view.loaded_at = -math.inf
 
+    def refresh_key(self, key_id: str) -> None:
+        """Re-read the key's stored spend on its next request (spend was written outside the
+        accountant: a training hold or its refund)."""
+        view = self._keys.get(key_id)
+        if view is not None:
+            view.loaded_at = -math.inf
+
     def pending_micros(self, org_id: str) -> int:
         view = self._views.get(org_id)
         return 0 if view is None else view.pending

@@ -257,6 +257,17 @@ class SharedHolds:
         with redis_call(self._timeout_s):
             await self._settle([key for _, key, _ in changes], args)
 
+    async def add_spend(self, key_id: str, micros: int, at: int) -> None:
+        """Spend (negative: a refund) written to the database outside a reservation: added to
+        the key's day and month counters of `at` where they are cached (a missing one is read
+        from the database, which has it already)."""
+        if not micros:
+            return
+        p = self._p
+        keys = [f"{p}spend:{key_id}:{period.label}" for period in (day_of(at), month_of(at))]
+        with redis_call(self._timeout_s):
+            await self._settle(keys, [self.instance, "s", micros, "s", micros])
+
     async def credit(self, org_id: str, micros: int) -> None:
         """A top-up or adjustment was stored: add it to the shared balance if it is cached."""
         with redis_call(self._timeout_s):

@@ -68,7 +68,6 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         registry=runtime.registry,
         upstreams=runtime.upstreams,
         relays=runtime.relays,
-        limiter=runtime.limiter,
         idempotency=runtime.storage.idempotency,
         sse_keepalive_s=server.sse_keepalive_s,
         accountant=runtime.accountant if runtime.config.billing.enabled else None,
@@ -115,6 +114,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         runtime.auth,
         body_limits(server),
         OperatorKeys(runtime.config.operator_keys),
+        limiter=runtime.limiter,
     )
     completions = CompletionEvents(
         runtime.event_writer,

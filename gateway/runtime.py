@@ -201,6 +201,7 @@ def webhook_settings(config: WebhooksConfig) -> WebhookSettings:
     return WebhookSettings(
         allowed_private_networks=config.allowed_private_networks,
         allow_http=config.allow_http,
+        allowed_ports=config.allowed_ports,
         poll_interval_s=config.poll_interval_s,
         lease_ttl_s=config.lease_ttl_s,
         attempt_timeout_s=config.attempt_timeout_s,

@@ -41,6 +41,13 @@ ALL = "*"
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
 MAX_SECRET_CHARS = 1024
+# A secret the client chooses has at least this many characters after an optional `whsec_`
+# prefix (the prefix is public: it adds nothing an attacker must guess). A generated one has 43.
+MIN_SECRET_CHARS = 24
+# `secret_hint` shows the last HINT_CHARS characters of a secret only when what follows its
+# prefix is at least HINTED_FROM_CHARS long: never more than an eighth of a secret.
+HINT_CHARS = 4
+HINTED_FROM_CHARS = 32
 
 # The waits before retries 1..6 (the API's schedule). An event gets its first attempt and up to six
 # retries; when the sixth retry fails too it is dropped and the subscription disabled.
@@ -82,19 +89,31 @@ def generate_secret() -> str:
     return SECRET_PREFIX + raw.decode("ascii")
 
 
+class SecretTooShort(ValueError):
+    """A custom secret with fewer than MIN_SECRET_CHARS characters after its prefix."""
+
+
 def check_custom_secret(secret: str) -> None:
     """A secret the client chose is used as given; only its length and characters are
-    checked (printable ASCII, so it fits any receiver's configuration). ValueError says why."""
-    if not 1 <= len(secret) <= MAX_SECRET_CHARS:
-        raise ValueError(f"a secret has 1 to {MAX_SECRET_CHARS} characters")
+    checked (printable ASCII, so it fits any receiver's configuration). ValueError says why
+    (SecretTooShort when it is too short to resist guessing)."""
+    if len(secret) > MAX_SECRET_CHARS:
+        raise ValueError(f"a secret has at most {MAX_SECRET_CHARS} characters")
     if not all(" " < c <= "~" for c in secret):
         raise ValueError("a secret has printable ASCII characters only, no spaces")
+    if len(secret.removeprefix(SECRET_PREFIX)) < MIN_SECRET_CHARS:
+        raise SecretTooShort(
+            f"a secret has at least {MIN_SECRET_CHARS} characters (not counting a"
+            f" `{SECRET_PREFIX}` prefix); omit it to have one generated"
+        )
 
 
 def secret_hint(secret: str) -> str:
-    """What the API shows of a stored secret: the prefix, if any, and its last 4 characters."""
+    """What the API shows of a stored secret: the prefix, if any, and its last HINT_CHARS
+    characters when the rest is at least HINTED_FROM_CHARS long (nothing more otherwise)."""
     prefix = SECRET_PREFIX if secret.startswith(SECRET_PREFIX) else ""
-    return f"{prefix}…{secret[-4:]}"
+    rest = secret[len(prefix) :]
+    return f"{prefix}…{rest[-HINT_CHARS:] if len(rest) >= HINTED_FROM_CHARS else ''}"
 
 
 def envelope(event_id: str, event_type: str, created_at_us: int, data_json: str) -> bytes:

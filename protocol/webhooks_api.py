@@ -13,7 +13,13 @@ from msgspec import UNSET, Meta, UnsetType
 
 from protocol.errors import invalid_request
 from protocol.labels import Label
-from protocol.webhooks import ALL, KNOWN_TYPES, MAX_SECRET_CHARS, check_custom_secret
+from protocol.webhooks import (
+    ALL,
+    KNOWN_TYPES,
+    MAX_SECRET_CHARS,
+    SecretTooShort,
+    check_custom_secret,
+)
 from protocol.webhooks import normalize_filter as _normalize
 
 MAX_URL_CHARS = 2048
@@ -23,7 +29,15 @@ Url = Annotated[str, Meta(min_length=1, max_length=MAX_URL_CHARS)]
 EventType = Annotated[str, Meta(min_length=1, max_length=64)]
 Events = Annotated[list[EventType], Meta(min_length=1, max_length=64)]
 Description = Annotated[Label, Meta(max_length=MAX_DESCRIPTION_CHARS)]
-Secret = Annotated[str, Meta(min_length=1, max_length=MAX_SECRET_CHARS)]
+Secret = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=MAX_SECRET_CHARS,
+        description="printable ASCII without spaces; at least 24 characters after an optional"
+        " `whsec_` prefix",
+    ),
+]
 
 
 def normalize_events(events: list[str]) -> list[str]:
@@ -46,6 +60,10 @@ def normalize_events(events: list[str]) -> list[str]:
 def check_secret(secret: str) -> None:
     try:
         check_custom_secret(secret)
+    except SecretTooShort as exc:
+        raise invalid_request(
+            f"`secret`: {exc}.", param="secret", code="secret_too_short"
+        ) from None
     except ValueError as exc:
         raise invalid_request(f"`secret`: {exc}.", param="secret") from None
 

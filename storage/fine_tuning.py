@@ -18,12 +18,12 @@ from typing import Any
 
 import msgspec
 
-from protocol.billing import REFUND, USAGE
+from protocol.billing import REFUND, USAGE, KeyBudget
 from protocol.fine_tuning.provider import ACTIVE, CANCELLED, TERMINAL
 from protocol.ids import new_id
 from storage import events
 from storage.database import Database, Executor, Row
-from storage.ledger import LedgerRepository
+from storage.ledger import LedgerRepository, UsageCharge, add_key_spend, take_key_spend
 from storage.pages import Page
 
 HELD = "held"
@@ -72,6 +72,9 @@ class JobRecord:
     finished_at: int | None = None
     lease_owner: str | None = None
     lease_expires_at: int | None = None
+    # The key that created the job: the training hold counts in its spend (day and month of
+    # `created_at`) and a refund takes back what was not charged. None for older jobs.
+    key_id: str | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(JobRecord))
@@ -196,9 +199,12 @@ class FineTuningRepository:
 
     # -- creation and reads ------------------------------------------------------------------
 
-    async def create(self, job: JobRecord, note: Note, *, description: str) -> JobRecord:
-        """Insert the job, its first event and (when `hold_micros` > 0) the hold's ledger row,
-        in one transaction."""
+    async def create(
+        self, job: JobRecord, note: Note, *, description: str, budget: KeyBudget | None = None
+    ) -> JobRecord:
+        """Insert the job, its first event and (when `hold_micros` > 0) the hold's ledger row
+        and its key's spend (with the budget.threshold events it crosses, given the key's
+        `budget`), in one transaction."""
         async with self._db.transaction() as tx:
             names = ", ".join(":" + n for n in _FIELDS)
             await tx.execute(
@@ -206,9 +212,28 @@ class FineTuningRepository:
             )
             await _add_event(tx, job, note, job.created_at)
             if job.hold_micros > 0:
-                await self._ledger.apply(
-                    job.org_id, USAGE, -job.hold_micros, description, tx=tx, id=hold_id(job.id)
+                txn = await self._ledger.apply(
+                    job.org_id,
+                    USAGE,
+                    -job.hold_micros,
+                    description,
+                    tx=tx,
+                    id=hold_id(job.id),
+                    key_id=job.key_id,
                 )
+                if job.key_id is not None:
+                    hold = UsageCharge(
+                        txn.id,
+                        job.org_id,
+                        job.key_id,
+                        job.model,
+                        job.id,
+                        job.hold_micros,
+                        description,
+                        job.created_at,
+                        budget,
+                    )
+                    await add_key_spend(tx, [hold])
         return job
 
     async def get(self, org_id: str, job_id: str) -> JobRecord | None:
@@ -402,7 +427,10 @@ class FineTuningRepository:
                 f"fine-tuning job {job.id}: training hold {what}",
                 tx=tx,
                 id=txn,
+                key_id=job.key_id,
             )
+            if job.key_id is not None:
+                await take_key_spend(tx, job.key_id, refund, job.created_at)
         row = await tx.fetchrow(
             "UPDATE fine_tuning_jobs SET billing = :state, charged_micros = :charged"
             f" WHERE id = :id RETURNING {_COLUMNS}",

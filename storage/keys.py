@@ -8,7 +8,7 @@ events that name the key stay meaningful; a deleted key's name may be reused.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -175,10 +175,17 @@ class KeyRepository:
         return [_record(r) for r in rows], int(total)
 
     async def update(
-        self, org_id: str, key_id: str, changes: Mapping[str, Any]
+        self,
+        org_id: str,
+        key_id: str,
+        changes: Mapping[str, Any],
+        *,
+        check: Callable[[KeyRecord, KeyRecord], None] | None = None,
     ) -> KeyRecord | None:
         """Apply `changes` (a subset of UPDATABLE); None if no such live key.
 
+        `check(current, updated)` runs inside the transaction, on the row as it is then; an
+        exception from it changes nothing and propagates.
         UniqueViolation: the new name is taken.
         """
         unknown = set(changes) - UPDATABLE
@@ -192,6 +199,8 @@ class KeyRepository:
                 k: (_tuple(v) if k in _JSON_COLUMNS else v) for k, v in changes.items()
             }
             updated = replace(current, **normalized, updated_at=now_us())
+            if check is not None:
+                check(current, updated)
             params = _params(updated)
             assignments = ", ".join(f"{c} = :{c}" for c in [*sorted(changes), "updated_at"])
             await tx.execute(
@@ -205,12 +214,16 @@ class KeyRepository:
             )
         return updated
 
-    async def delete(self, org_id: str, key_id: str) -> bool:
-        """Revoke permanently; False if no such live key."""
+    async def delete(
+        self, org_id: str, key_id: str, *, check: Callable[[KeyRecord], None] | None = None
+    ) -> bool:
+        """Revoke permanently; False if no such live key. `check(current)` as for `update`."""
         async with self._db.transaction() as tx:
             current = await _live(tx, org_id, key_id)
             if current is None:
                 return False
+            if check is not None:
+                check(current)
             now = now_us()
             await tx.execute(
                 "UPDATE api_keys SET deleted_at = :now, is_active = :inactive, updated_at = :now"

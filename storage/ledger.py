@@ -159,13 +159,17 @@ class LedgerRepository:
         *,
         tx: Executor | None = None,
         id: str | None = None,
+        key_id: str | None = None,
     ) -> Transaction:
         """Add `micros` (negative takes away) to the balance with its row, atomically. With
         `tx`, inside the caller's transaction. With `id`, the row's id: a second apply with it
-        raises UniqueViolation and changes nothing (a top-up is credited once)."""
+        raises UniqueViolation and changes nothing (a top-up is credited once). `key_id` names
+        the key the row is for (a training hold's; the key's spend is the caller's to add)."""
         if tx is None:
             async with self._db.transaction() as own:
-                return await self.apply(org_id, type, micros, description, tx=own, id=id)
+                return await self.apply(
+                    org_id, type, micros, description, tx=own, id=id, key_id=key_id
+                )
         await _ensure_account(tx, org_id)
         now = now_us()
         balance = await tx.fetchval(
@@ -182,7 +186,7 @@ class LedgerRepository:
             description=description,
             model=None,
             request_id=None,
-            key_id=None,
+            key_id=key_id,
             created_at=now,
         )
         await tx.insert_many("transactions", _COLUMNS, [tuple(getattr(row, c) for c in _COLUMNS)])
@@ -221,7 +225,7 @@ class LedgerRepository:
                     rows.append(_usage_values(c, after))
             # Plain tuples, in bulk: a flush costs a few µs a row (docs/performance.md).
             await tx.insert_many("transactions", _COLUMNS, rows)
-            spend = await _add_key_spend(tx, charges)
+            spend = await add_key_spend(tx, charges)
         return Settled(balances, spend)
 
     async def list(
@@ -399,9 +403,9 @@ def _usage_values(charge: UsageCharge, balance_after: int) -> tuple[object, ...]
     )
 
 
-async def _add_key_spend(
-    tx: Executor, charges: Iterable[UsageCharge]
-) -> dict[tuple[str, str], int]:
+async def add_key_spend(tx: Executor, charges: Iterable[UsageCharge]) -> dict[tuple[str, str], int]:
+    """Add the charges to their keys' spend for the UTC day and month of each, and write the
+    budget.threshold events they cross (charges that carry a `budget`). The totals after."""
     per_day: dict[tuple[str, int], int] = defaultdict(int)  # (key, UTC day number): micros
     latest: dict[str, UsageCharge] = {}  # per key: its newest charge (org, name, budgets)
     for c in charges:
@@ -441,6 +445,16 @@ async def _add_key_spend(
                     budget_event_data(budget, periods[label], cap, total, percent),
                 )
     return totals
+
+
+async def take_key_spend(tx: Executor, key_id: str, micros: int, at: int) -> None:
+    """Take `micros` back from the key's spend for the UTC day and month of `at` (a refund of
+    a charge counted then). Alerts already written stay written."""
+    await tx.execute(
+        "UPDATE key_spend SET micros = micros - :micros"
+        " WHERE key_id = :key_id AND period IN (:day, :month)",
+        {"micros": micros, "key_id": key_id, "day": day_of(at).label, "month": month_of(at).label},
+    )
 
 
 async def claim_alert(tx: Executor, key_id: str, label: str, kind: str) -> bool:

@@ -18,6 +18,7 @@ import trio
 
 from storage.database import _NO_PARAMS, Database, Executor, Params, Row, insert_sql
 from storage.errors import StorageUnavailable, UniqueViolation
+from storage.private_paths import private_dir, private_file
 from storage.sqlite_thread import ConnectionThread
 
 T = TypeVar("T")
@@ -184,6 +185,9 @@ class SQLiteDatabase(Database):
 
 
 def open_sqlite(path: str) -> SQLiteDatabase:
+    """The database at `path`; a new one is created readable by this user only (its directory
+    too, and so its -wal and -shm files: storage/private_paths.py)."""
     if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(path).parent)
+        private_file(Path(path))
     return SQLiteDatabase(path)

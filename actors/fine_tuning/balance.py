@@ -1,6 +1,6 @@
 """Telling the accountant of a balance change written outside it (a training hold, refund):
-its view of the organization is re-read on the next request, and a shared balance (Redis) is
-adjusted at once when it is cached."""
+its views of the organization and of the job's key are re-read on their next use, and the
+shared balance and key spend (Redis) are adjusted at once where they are cached."""
 
 from __future__ import annotations
 
@@ -10,18 +10,25 @@ from actors.accountant import Accountant
 from actors.errors import RedisUnavailable
 from actors.fine_tuning.steps import BalanceChanged
 from actors.shared_holds import SharedHolds
+from storage.fine_tuning import JobRecord
 
 log = logging.getLogger("gateway.fine_tuning")
 
 
 def balance_notifier(accountant: Accountant, shared: SharedHolds | None) -> BalanceChanged:
-    async def changed(org_id: str, micros: int) -> None:
-        accountant.refresh(org_id)
+    async def changed(job: JobRecord, micros: int) -> None:
+        """`micros` moved the job's org's balance (negative: the hold taken) and, the other
+        way, its key's spend for the day and month the job was created."""
+        accountant.refresh(job.org_id)
+        if job.key_id is not None:
+            accountant.refresh_key(job.key_id)
         if shared is None:
             return
         try:
-            await shared.credit(org_id, micros)
+            await shared.credit(job.org_id, micros)
+            if job.key_id is not None:
+                await shared.add_spend(job.key_id, -micros, job.created_at)
         except RedisUnavailable as exc:  # re-read from the database when it expires
-            log.warning("could not adjust the shared balance of %s: %s", org_id, exc)
+            log.warning("could not adjust the shared balance of %s: %s", job.org_id, exc)
 
     return changed

@@ -67,7 +67,9 @@ class ModelRegistrar(Protocol):
     ) -> None: ...
 
 
-BalanceChanged = Callable[[str, int], Awaitable[None]]
+# A job's hold or refund moved its org's balance by `micros` (negative: taken): tell the
+# accountant (actors/fine_tuning/balance.py).
+BalanceChanged = Callable[[JobRecord, int], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -351,7 +353,7 @@ class JobSteps:
             return None
         record, refund = moved
         if refund:
-            await self._d.balance_changed(record.org_id, refund)
+            await self._d.balance_changed(record, refund)
         return record
 
     async def _cancel_at_provider(self, job: JobRecord, backoff: Backoff) -> float | None:

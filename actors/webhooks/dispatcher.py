@@ -70,6 +70,7 @@ class WebhookDispatcher(Supervisor):
         self.sender = sender or WebhookSender(
             allowed_networks=settings.allowed_private_networks,
             allow_http=settings.allow_http,
+            allowed_ports=settings.allowed_ports,
             attempt_timeout_s=settings.attempt_timeout_s,
             ssl_context=settings.ssl_context,
         )

@@ -7,6 +7,9 @@ public and one private address is refused: which one a client picks is not ours 
 the socket connects to an address that was checked — the name is never resolved again, so DNS
 cannot answer differently between the check and the connection (rebinding). TLS verifies the
 certificate against the URL's host (`server_hostname`), whatever address was connected to.
+A host with `%` (an IPv6 zone id, a percent-encoded name) is refused outright. The port must be
+the scheme's own (443; 80 for http) or one the operator allowed (`allowed_ports`), unless every
+address is inside the allowed private networks (a receiver the operator runs on the host).
 
 Everything from the receiver is hostile: the head is framed by llhttp with its limits
 (protocol/http1_client.py), the body is read only up to `BODY_LIMIT` bytes (for the log) and
@@ -29,7 +32,7 @@ from urllib.parse import urlsplit
 import trio
 
 from protocol.http1_client import BadResponse, ResponseParser, format_request
-from protocol.netguard import Network, parse_address, refusal
+from protocol.netguard import Network, inside, parse_address, refusal
 
 BODY_LIMIT = 4096  # response body bytes kept (for the log); the rest is never read
 MAX_URL_CHARS = 2048
@@ -38,6 +41,7 @@ _RECEIVE = 16384
 _ERROR_CHARS = 200
 
 SockAddr = tuple[str, int] | tuple[str, int, int, int]
+DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,14 @@ class Refused(ValueError):
         self.why = why
 
 
+class PortRefused(ValueError):
+    """The URL names a port deliveries may not use."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(f"the URL's port {port} is not allowed")
+        self.port = port
+
+
 class _Failed(Exception):
     """An attempt's failure, carrying the error text for the log."""
 
@@ -98,20 +110,24 @@ def parse_url(url: str, *, allow_http: bool = False) -> Target:
         port = 443 if scheme == "https" else 80
     elif port == 0:
         raise ValueError("the URL's port is not valid")
-    if "%" in host and parse_address(host) is None:
-        raise ValueError("the URL's host is not valid")
+    if "%" in host:
+        raise ValueError("the URL's host must not contain % (zone ids and escapes are refused)")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Target(scheme, host, port, parts.netloc, target)
 
 
-async def resolve(target: Target, allowed: Sequence[Network] = ()) -> list[SockAddr]:
+async def resolve(
+    target: Target, allowed: Sequence[Network] = (), allowed_ports: Sequence[int] = ()
+) -> list[SockAddr]:
     """The addresses to connect to, all of them checked; Refused when any one is refused,
-    socket.gaierror when the name does not resolve."""
+    PortRefused when the port is not allowed for them, socket.gaierror when the name does not
+    resolve."""
     literal = parse_address(target.host)
     if literal is not None:
         why = refusal(literal, allowed)
         if why is not None:
             raise Refused(why)
+        _check_port(target, allowed_ports, [literal], allowed)
         if literal.version == 4:
             return [(str(literal), target.port)]
         return [(str(literal), target.port, 0, 0)]
@@ -137,7 +153,21 @@ async def resolve(target: Target, allowed: Sequence[Network] = ()) -> list[SockA
             found.append(addr)
     if not found:
         raise socket.gaierror("no address")
+    checked = [ipaddress.ip_address(a[0].split("%", 1)[0]) for a in found]
+    _check_port(target, allowed_ports, checked, allowed)
     return found
+
+
+def _check_port(
+    target: Target,
+    allowed_ports: Sequence[int],
+    addresses: Sequence[ipaddress.IPv4Address | ipaddress.IPv6Address],
+    allowed: Sequence[Network],
+) -> None:
+    if target.port == DEFAULT_PORTS[target.scheme] or target.port in allowed_ports:
+        return
+    if not all(inside(address, allowed) for address in addresses):
+        raise PortRefused(target.port)
 
 
 async def check_url(
@@ -145,15 +175,17 @@ async def check_url(
     *,
     allowed_networks: Sequence[Network] = (),
     allow_http: bool = False,
+    allowed_ports: Sequence[int] = (),
     timeout_s: float = 10.0,
 ) -> None:
     """For subscription create/update: the URL is well-formed, its host resolves, and every
-    address it resolves to may be reached. ValueError names the problem; `Refused` (a
-    ValueError) when an address is of a class deliveries may not reach."""
+    address it resolves to may be reached on its port. ValueError names the problem; `Refused`
+    (a ValueError) when an address is of a class deliveries may not reach, `PortRefused` (one
+    too) when the port is not allowed."""
     target = parse_url(url, allow_http=allow_http)
     try:
         with trio.fail_after(timeout_s):
-            await resolve(target, allowed_networks)
+            await resolve(target, allowed_networks, allowed_ports)
     except (OSError, trio.TooSlowError):
         raise ValueError("the URL's host does not resolve") from None
 
@@ -187,11 +219,13 @@ class WebhookSender:
         *,
         allowed_networks: Sequence[Network] = (),
         allow_http: bool = False,
+        allowed_ports: Sequence[int] = (),
         attempt_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.allowed_networks = tuple(allowed_networks)
         self.allow_http = allow_http
+        self.allowed_ports = tuple(allowed_ports)
         self.attempt_timeout_s = attempt_timeout_s
         # create_default_context() loads the system store, which honours SSL_CERT_FILE.
         self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
@@ -243,9 +277,11 @@ class WebhookSender:
 
     async def _open(self, target: Target) -> trio.abc.Stream:
         try:
-            addresses = await resolve(target, self.allowed_networks)
+            addresses = await resolve(target, self.allowed_networks, self.allowed_ports)
         except Refused as exc:
             raise _Failed(f"refused address: {exc.why}") from None
+        except PortRefused as exc:
+            raise _Failed(f"refused port: {exc.port}") from None
         except OSError:
             raise _Failed("DNS resolution failed") from None
         tcp = await _connect(addresses)

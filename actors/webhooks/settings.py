@@ -12,6 +12,7 @@ from protocol.netguard import Network
 class WebhookSettings:
     allowed_private_networks: tuple[Network, ...] = ()
     allow_http: bool = False
+    allowed_ports: tuple[int, ...] = ()  # besides 443 (80 with allow_http): sender.py
     poll_interval_s: float = 0.5  # leases, new actors, wakes for new outbox events
     lease_ttl_s: float = 15.0
     attempt_timeout_s: float = 10.0

@@ -300,6 +300,7 @@ def _parse_webhooks(table: _Table) -> WebhooksConfig:
     webhooks = WebhooksConfig(
         allowed_private_networks=d.allowed_private_networks if networks is None else (*networks,),
         allow_http=table.get("allow_http", schema.parse_bool, d.allow_http),
+        allowed_ports=tuple(table.get_list("allowed_ports", schema.integer_in(1, 65535)) or ()),
         completion_success_sample_rate=table.get(
             "completion_success_sample_rate",
             schema.parse_fraction,

@@ -15,6 +15,8 @@ import os
 import secrets
 from pathlib import Path
 
+from storage.private_paths import private_dir
+
 log = logging.getLogger("gateway.secrets")
 
 MASTER_KEY_FILE = "master.key"
@@ -33,7 +35,7 @@ def load_master_key(configured: bytes | None, data_dir: Path) -> bytes:
     if path.exists():
         return read_key_file(path)
     key = secrets.token_bytes(_KEY_BYTES)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(base64.b64encode(key).decode() + "\n")
@@ -60,7 +62,7 @@ def write_key_file(path: Path, key: bytes) -> None:
     `path`, and the directory fsynced, so a crash leaves the old file or the new, whole."""
     if len(key) != _KEY_BYTES:
         raise ValueError(f"a master key must be {_KEY_BYTES} bytes")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

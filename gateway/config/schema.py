@@ -203,6 +203,9 @@ class WebhooksConfig:
     # Loopback and private addresses deliveries may reach (all refused by default: SSRF).
     allowed_private_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     allow_http: bool = False  # subscriptions to http:// URLs (tests, a receiver on the host)
+    # Ports a webhook URL may name besides its scheme's own (443; 80 with allow_http). Any port
+    # is allowed for a host whose addresses are all inside allowed_private_networks.
+    allowed_ports: tuple[int, ...] = ()
     completion_success_sample_rate: float = 0.1  # share of successes written as events, 0..1
     secret_rotation_overlap_s: float = 86_400.0  # the old secret still signs for this long
     retention_days: float = 30.0  # delivered events and attempts older than this are removed

@@ -13,7 +13,6 @@ import unicodedata
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Literal
-from urllib.parse import quote
 
 from gateway.config.schema import FilesConfig
 from gateway.files.store import FORM_LIMITS, FileStore, file_corrupt
@@ -25,6 +24,7 @@ from protocol import errors
 from protocol.blobcrypt import BlobCorrupt
 from protocol.files import PURPOSES
 from protocol.files.api import FileContent, FileDeleted, FileList, FileObject, FileUpload
+from protocol.files.disposition import content_disposition
 from protocol.scopes import FILES
 from protocol.timefmt import now_us
 from storage.files import FileRecord
@@ -82,12 +82,6 @@ def check_filename(part: Part) -> str:
             code="invalid_filename",
         )
     return name
-
-
-def content_disposition(filename: str) -> str:
-    """`attachment` with an ASCII fallback name and the exact one in RFC 8187 form."""
-    fallback = "".join(c if c.isascii() and c not in '"\\' else "_" for c in filename)
-    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 async def skip_field(part: Part) -> None:
@@ -263,7 +257,10 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
             headers=[
                 (b"content-length", b"%d" % record.bytes),
                 (b"x-content-type-options", b"nosniff"),
-                (b"content-disposition", content_disposition(record.filename).encode("ascii")),
+                (
+                    b"content-disposition",
+                    content_disposition(record.filename, record.id).encode("ascii"),
+                ),
                 (b"cache-control", b"private, no-store"),
             ],
         )

@@ -4,20 +4,24 @@ job, its first event and the training hold written in one transaction.
 The hold is the most the job can cost: the training file's bytes as tokens (about 4 bytes a
 token, an upper bound of what our validation counts later) x n_epochs x the base model's
 `training_usd_per_mtok` x (1 + the plan's fee). It is checked against what the organization
-can spend (the accountant: 402 `insufficient_credits`), then written to the ledger with the
-job, so it survives restarts; the end of the job settles or releases it (storage/fine_tuning.py).
-With the organization's own provider key nothing is held or charged (the provider bills it).
+can spend and against the calling key's daily and monthly budgets, as any spend is (the
+accountant: 402 `insufficient_credits` or `budget_exceeded`, which writes `budget.exhausted`),
+then written to the ledger and the key's spend with the job, so it survives restarts; the end
+of the job settles or releases it (storage/fine_tuning.py), giving back to the key's spend what
+was not charged. With the organization's own provider key nothing is held or charged (the
+provider bills it).
 """
 
 from __future__ import annotations
 
 import secrets
 
-from actors.accountant import InsufficientCredits
+from actors.accountant import BudgetExceeded, InsufficientCredits
+from gateway.auth.principal import Principal
 from gateway.fine_tuning.deps import FineTuningDeps
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, require_allowed
 from protocol import errors
-from protocol.billing import fee_percent
+from protocol.billing import KeyBudget, fee_percent, period_name
 from protocol.fine_tuning.api import JobCreate
 from protocol.fine_tuning.provider import QUEUED
 from protocol.fine_tuning.rules import (
@@ -29,6 +33,7 @@ from protocol.fine_tuning.rules import (
 )
 from protocol.ids import new_id
 from protocol.money import micros_to_usd
+from protocol.timefmt import to_iso
 from storage.files import FileRecord
 from storage.fine_tuning import HELD, NO_BILLING, JobRecord, Note
 
@@ -37,7 +42,7 @@ CAPABILITY = "fine_tuning"
 _US = 1_000_000
 
 
-def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
+def _model(deps: FineTuningDeps, name: str, principal: Principal) -> ResolvedModel:
     check_dated(name)
     try:
         model = deps.registry.resolve(name)
@@ -47,6 +52,8 @@ def _model(deps: FineTuningDeps, name: str) -> ResolvedModel:
             param="model",
             code="model_not_found",
         ) from None
+    if principal.key is not None:  # the base model is used: the key's allow-list applies
+        require_allowed(model, principal.key.allowed_models)
     provider = model.provider
     supports = provider.supports  # None: not restricted (the config's meaning)
     if provider.kind != "openai" or (supports is not None and CAPABILITY not in supports):
@@ -73,8 +80,9 @@ async def _file(
     return record
 
 
-async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobRecord:
-    model = _model(deps, body.model)
+async def create_job(deps: FineTuningDeps, principal: Principal, body: JobCreate) -> JobRecord:
+    org_id = principal.org_id
+    model = _model(deps, body.model, principal)
     now = deps.clock.now_us()
     training = await _file(deps, org_id, body.training_file, "training_file", now)
     if body.validation_file is not None:
@@ -124,20 +132,40 @@ async def create_job(deps: FineTuningDeps, org_id: str, body: JobCreate) -> JobR
         estimated_finish=estimated_finish_s(now // _US, bound, values.n_epochs) * _US,
         created_at=now,
         updated_at=now,
+        key_id=principal.key_id,
     )
     note = Note(f"Created fine-tuning job: {job_id}")
     description = f"fine-tuning job {job_id}: training hold ({body.model[:80]})"
     if hold == 0:
         await deps.jobs.create(job, note, description=description)
     else:
-        await _create_held(deps, job, note, description)
+        await _create_held(deps, job, note, description, _budget(principal))
     deps.wake_watcher()
     return job
 
 
-async def _create_held(deps: FineTuningDeps, job: JobRecord, note: Note, description: str) -> None:
+def _budget(principal: Principal) -> KeyBudget | None:
+    """The calling secret key's caps, as inference checks them (None: it has none)."""
+    key = principal.key
+    if key is None or (key.daily_budget_micros is None and key.monthly_budget_micros is None):
+        return None
+    return KeyBudget(key.id, key.name, key.daily_budget_micros, key.monthly_budget_micros)
+
+
+async def _create_held(
+    deps: FineTuningDeps, job: JobRecord, note: Note, description: str, budget: KeyBudget | None
+) -> None:
     try:
-        reservation = await deps.accountant.reserve(job.org_id, job.hold_micros)
+        reservation = await deps.accountant.reserve(job.org_id, job.hold_micros, budget)
+    except BudgetExceeded as exc:
+        await deps.accountant.note_exhausted(job.org_id, exc)
+        raise errors.payment_required(
+            f"This key's {period_name(exc.period.label)} budget of ${micros_to_usd(exc.cap):.2f}"
+            f" cannot hold the training hold of ${micros_to_usd(job.hold_micros):.6f}"
+            f" (${micros_to_usd(exc.committed):.6f} spent or held); it resets at"
+            f" {to_iso(exc.period.end_us)}.",
+            code="budget_exceeded",
+        ) from None
     except InsufficientCredits as exc:
         available = micros_to_usd(max(exc.available_micros, 0))
         raise errors.payment_required(
@@ -147,7 +175,9 @@ async def _create_held(deps: FineTuningDeps, job: JobRecord, note: Note, descrip
             code="insufficient_credits",
         ) from None
     try:
-        await deps.jobs.create(job, note, description=description)
+        await deps.jobs.create(job, note, description=description, budget=budget)
+        # Before the reservation is released: the key's spend must count the hold first, so
+        # that no instant has neither (with Redis the release applies at the next flush).
+        await deps.balance_changed(job, -job.hold_micros)
     finally:
         deps.accountant.settle(reservation, None)  # the ledger row holds it from here
-    await deps.balance_changed(job.org_id, -job.hold_micros)

@@ -68,7 +68,8 @@ def routes(deps: FineTuningDeps) -> Routes:
     )
     async def create(request: Request) -> Response:
         body = await request.json(JobCreate)
-        job = await create_job(deps, _org(request), body)
+        assert request.principal is not None
+        job = await create_job(deps, request.principal, body)
         return json_response(job_view(job))
 
     @r.operation(
@@ -141,7 +142,7 @@ def routes(deps: FineTuningDeps) -> Routes:
             )
         record, refund = moved
         if refund:
-            await deps.balance_changed(record.org_id, refund)
+            await deps.balance_changed(record, refund)
         deps.wake_watcher()  # tells the provider
         return json_response(job_view(record))
 

@@ -1,6 +1,6 @@
 """The steps between a parsed request and its upstream call, shared by the inference routes:
 which model, may this key use it, does its provider do this, with whose provider key, what does
-it cost, rate limit."""
+it cost. (The key's rate limit was applied by the request layer: gateway/web/rate_limit.py.)"""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ async def admit_model(
 ) -> tuple[ResolvedModel, ModelConfig | None]:
     """The resolved model and its price, once the request may go upstream; APIError otherwise
     (`unknown_model_status` (404) unknown model, 403 not allowed, 400 unsupported or unpriced,
-    429 rate limited, 500 the org's provider key unreadable). With the org's own key for the
+    500 the org's provider key unreadable). With the org's own key for the
     model's provider (bring-your-own-key, set on `call.own_key`) the price is None: nothing is
     billed, so an unpriced model is allowed. An `ft:` name is the caller's organization's
     fine-tuned model (one storage read); any other name is resolved without I/O."""
@@ -103,7 +103,6 @@ async def admit_model(
             price = require_price(model, output=capability in ("chat", "responses"))
         else:
             price = require_unit_price(model, field)
-    await call.admit(deps.limiter)
     return model, price
 
 

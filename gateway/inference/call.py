@@ -1,30 +1,19 @@
 """One hot-path request: the layer's `Request` (ASGI channels, caller, response headers and
 state) plus what inference adds (bill, own provider key), and the steps every inference route
-shares (model allowed, admit, charge, answer). The caller was authenticated by the request
-layer before the handler ran."""
+shares (model allowed, charge, answer). The caller was authenticated, and admitted by its
+rate limit, by the request layer before the handler ran."""
 
 from __future__ import annotations
 
-import logging
 from decimal import Decimal
 
-from actors.errors import RedisUnavailable
-from actors.ratelimit import RateLimiter
-from actors.throttled_log import ThrottledWarning
 from gateway.auth.principal import Principal
 from gateway.config import ModelConfig
 from gateway.inference.billing import Bill, provider_cost
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.web.request import Request
 from gateway.web.responses import send_json
-from protocol.errors import APIError, forbidden
-from protocol.ratelimit_headers import decision_headers
 from protocol.usage import Usage
-
-log = logging.getLogger("gateway.ratelimit")
-limiter_unavailable = ThrottledWarning(
-    log, "rate limiter unavailable, admitting without a limit: %s"
-)
 
 
 class Call:
@@ -42,33 +31,8 @@ class Call:
 
     def check_model_allowed(self, model: ResolvedModel) -> None:
         key = self.principal.key
-        if key is None or key.allowed_models is None:
-            return
-        if not set(model.names()) & set(key.allowed_models):
-            raise forbidden(
-                f"This key may not use the model {model.id!r}.", code="model_not_allowed"
-            )
-
-    async def admit(self, limiter: RateLimiter) -> None:
-        """Apply the key's `rate_limit_rpm`; APIError 429 with Retry-After when over it."""
-        key = self.principal.key
-        if key is None or key.rate_limit_rpm is None:
-            return
-        try:
-            decision = await limiter.admit(key.id, key.rate_limit_rpm)
-        except RedisUnavailable as exc:
-            # Fail open: an outage of the shared limiter store must not stop all traffic.
-            # Budgets (money) do not depend on this path. See docs/decisions.md.
-            limiter_unavailable(exc)
-            return
-        self.request.headers = [(k.encode(), v.encode()) for k, v in decision_headers(decision)]
-        if not decision.allowed:
-            raise APIError(
-                429,
-                f"Rate limit of {key.rate_limit_rpm} requests per minute reached for this key.",
-                type="rate_limit_error",
-                code="rate_limit_exceeded",
-            )
+        if key is not None:
+            require_allowed(model, key.allowed_models)
 
     def charge(self, usage: Usage, price: ModelConfig | None) -> None:
         """Record the usage for the log and bill it (once; billing off: log the cost only).

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.accountant import Accountant
-from actors.ratelimit import RateLimiter
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
@@ -20,7 +19,6 @@ class InferenceDeps:
     registry: ModelRegistry
     upstreams: Upstreams
     relays: StreamRelays
-    limiter: RateLimiter
     idempotency: IdempotencyRepository
     sse_keepalive_s: float
     accountant: Accountant | None  # None: billing is off

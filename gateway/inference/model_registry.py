@@ -33,6 +33,22 @@ class ResolvedModel:
         return (self.id, *self.aliases)
 
 
+def require_allowed(model: ResolvedModel, allowed_models: tuple[str, ...] | None) -> None:
+    """APIError 403 `model_not_allowed` (param `model`) unless a key limited to
+    `allowed_models` (None: any model) may use `model` under one of its names."""
+    if allowed_models is None:
+        return
+    names = model.names()
+    if not any(name in allowed_models for name in names):
+        raise APIError(
+            403,
+            f"This key may not use the model {model.id!r}.",
+            type="permission_error",
+            code="model_not_allowed",
+            param="model",
+        )
+
+
 def model_not_found(name: str, *, status: int = 404) -> APIError:
     """404 on every route that names a model, but 400 where the API's error table says an
     invalid model is a bad request (rerank: docs/decisions.md)."""

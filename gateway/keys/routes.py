@@ -1,11 +1,14 @@
 """The Keys API: create, list, retrieve, update and delete an organization's secret keys.
 
-Callers need a management key or a secret key holding `keys:manage`. A key of another
-organization is indistinguishable from a missing one (404).
+Callers need a management key or a secret key holding `keys:manage`. A secret key may only
+create, change or delete keys within its own limits (protocol/key_grants.py); the check of a
+change runs in the transaction that makes it. A key of another organization is
+indistinguishable from a missing one (404).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from msgspec import UNSET, UnsetType
@@ -16,6 +19,7 @@ from gateway.auth.principal import Principal
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.credentials import CredentialHasher, CredentialKind
+from protocol.key_grants import KeyLimits, check_change, check_create, inherit
 from protocol.keys import KeyCreate, KeyCreated, KeyDeleted, KeyItem, KeyList, KeyUpdate
 from protocol.money import micros_to_usd, usd_to_micros
 from protocol.scopes import ALL_SCOPES, KEYS_MANAGE
@@ -89,6 +93,20 @@ def _caller(request: Request) -> tuple[Principal, str]:
     return request.principal, request.path_params["key_id"]
 
 
+def _change_check(principal: Principal) -> Callable[[KeyRecord, KeyRecord | None], None] | None:
+    """For a secret key: the check that it may change (or, with None, delete) a key. A key
+    changing itself is bound by its row as read in the transaction, not by the cached copy
+    it authenticated with (which may be a second old)."""
+    caller = principal.key
+    if caller is None:
+        return None
+
+    def check(current: KeyRecord, updated: KeyRecord | None) -> None:
+        check_change(current if current.id == caller.id else caller, current, updated)
+
+    return check
+
+
 def routes(
     storage: Storage, auth: Authenticator, hasher: CredentialHasher, accountant: Accountant
 ) -> Routes:
@@ -117,6 +135,9 @@ def routes(
         assert principal is not None
         body = await request.json(KeyCreate)
         settings = _settings(body)
+        if principal.key is not None:  # a secret key: never more than it holds
+            settings = inherit(principal.key, settings)
+            check_create(principal.key, KeyLimits.of(settings))
         credential = hasher.generate(CredentialKind.SECRET)
         try:
             record = await storage.keys.create(principal.org_id, credential, settings)
@@ -210,7 +231,9 @@ def routes(
         body = await request.json(KeyUpdate)
         changes = _settings(body)
         try:
-            record = await storage.keys.update(principal.org_id, key_id, changes)
+            record = await storage.keys.update(
+                principal.org_id, key_id, changes, check=_change_check(principal)
+            )
         except UniqueViolation:
             raise _name_taken(str(changes.get("name"))) from None
         if record is None:
@@ -231,7 +254,9 @@ def routes(
     )
     async def delete_key(request: Request) -> Response:
         principal, key_id = _caller(request)
-        if not await storage.keys.delete(principal.org_id, key_id):
+        check = _change_check(principal)
+        deleting = None if check is None else (lambda current: check(current, None))
+        if not await storage.keys.delete(principal.org_id, key_id, check=deleting):
             raise _key_not_found(key_id)
         auth.invalidate_all()
         return json_response(KeyDeleted(id=key_id, deleted=True))

@@ -6,6 +6,9 @@ Per HTTP request it does one router lookup, at most one authentication (cached) 
 are dispatched by path to their handler with the raw ASGI channels; an unknown path is closed
 with 4404 before it is accepted (the server answers that handshake with 403). The ASGI lifespan
 protocol is acknowledged (Hypercorn sends it).
+
+A secret key's `rate_limit_rpm` is applied here, once per request, right after the scope check
+and before the handler (gateway/web/rate_limit.py): every route it may call counts.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from dataclasses import dataclass
 from typing import get_args
 from urllib.parse import quote
 
+from actors.ratelimit import RateLimiter
 from gateway.auth import Authenticator
 from gateway.auth.operator import OperatorKeys
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext, context_of
 from gateway.web.errors import answer
+from gateway.web.rate_limit import admit
 from gateway.web.request import Request
 from gateway.web.routing import Auth, BodyLimit, Route, Router, WebSocketRoute
 from protocol.credentials import CredentialKind
@@ -49,10 +54,13 @@ class WebApp:
         auth: Authenticator | None,
         limits: BodyLimits = BodyLimits(),
         operator: OperatorKeys | None = None,
+        *,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.router = Router(routes)
         self._auth = auth
         self._operator = operator or OperatorKeys(())  # none: operator routes are disabled
+        self._limiter = limiter
         self._limits = {kind: limits.of(kind) for kind in get_args(BodyLimit)}
         if auth is None and any(op.auth is not Auth.NONE for op in self.router.operations):
             raise ValueError("routes that need a credential need an Authenticator")
@@ -93,6 +101,8 @@ class WebApp:
                     raise forbidden("This route needs a management key.")
                 if op.scope is not None:
                     principal.require_scope(op.scope)
+                if self._limiter is not None:
+                    await admit(self._limiter, principal, request.headers)
             response = await route.handler(request)
             if response is not None:
                 request.started = True

@@ -12,6 +12,7 @@ layers under the handlers do (so a route cannot forget one):
     401, 503  a credential, checked (cached) against the database, on operations that need one
     403  a credential without the route's scope, or of the wrong kind
     404  an unknown object, on operations whose path names one
+    429  a secret key's `rate_limit_rpm`, on operations a secret key may call (the layer)
 
 Server-sent events use OpenAPI 3.2's `itemSchema` (one schema per event of the sequential
 media type): each event's `data` is `[DONE]` (the last one) or JSON of the operation's stream
@@ -68,6 +69,8 @@ def statuses(op: Operation) -> list[int]:
         found |= {401, 503}
         if op.auth is not Auth.ANY or op.scope is not None:
             found.add(403)
+    if op.auth is Auth.ANY:
+        found.add(429)  # a secret key's rate_limit_rpm, counted by the layer on every route
     if op.path_params:
         found.add(404)
     return sorted(found)

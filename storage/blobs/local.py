@@ -30,6 +30,7 @@ from storage.blobs.interface import (
     BlobWriter,
     validate_key,
 )
+from storage.private_paths import private_dir
 
 WRITE_BATCH = 1024 * 1024
 TMP_DIR = ".tmp"
@@ -65,7 +66,7 @@ class LocalBlobStore(BlobStore):
         """Create `root` and its temporaries directory if missing (a blocking call: at start)."""
         self.root = Path(root)
         self._tmp = self.root / TMP_DIR
-        self._tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self._tmp)  # the root too, and any parent it creates: 0700
 
     def describe(self) -> str:
         return f"local directory {self.root}"
@@ -176,7 +177,7 @@ class _LocalWriter(BlobWriter):
             while not parent.exists():
                 created.append(parent)
                 parent = parent.parent
-            self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self._path.parent)
             os.replace(self._tmp, self._path)
             _fsync_dir(self._path.parent)
             for directory in created:  # new directories' own entries, up to an existing one

@@ -104,10 +104,15 @@ def hold_for(content: bytes, epochs: int = 3) -> int:
 
 @asynccontextmanager
 async def ft_rig(
-    database_url: str, tmp_path: Path, *, credit_usd: float | None = 100.0, extra_toml: str = ""
+    database_url: str,
+    tmp_path: Path,
+    *,
+    credit_usd: float | None = 100.0,
+    extra_toml: str = "",
+    **env: str,
 ) -> AsyncIterator[Rig]:
     async with inference_rig(
-        database_url, tmp_path, credit_usd=credit_usd, extra_toml=FT_TOML + extra_toml
+        database_url, tmp_path, credit_usd=credit_usd, extra_toml=FT_TOML + extra_toml, **env
     ) as rig:
         rig.upstream.behavior.fine_tune_schedule_s = (2.0, 2.0, 6.0)
         yield rig

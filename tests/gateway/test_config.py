@@ -361,6 +361,7 @@ access_log = false
 [webhooks]
 allowed_private_networks = ["127.0.0.0/8", "10.1.2.3/16", "::1/128"]
 allow_http = true
+allowed_ports = [8443, 9443]
 
 [billing]
 payment_provider = "test"
@@ -392,6 +393,7 @@ payment_provider = "test"
             ipaddress.ip_network("::1/128"),
         ),
         allow_http=True,
+        allowed_ports=(8443, 9443),
     )
 
 
@@ -633,6 +635,8 @@ FILE_ERRORS = [
     (NETS + "[10]\n", "webhooks.allowed_private_networks[0]", f"{CIDR}, got 10"),
     (NETS + "'127.0.0.0/8'\n", "webhooks.allowed_private_networks", "must be an array"),
     ("[webhooks]\nallow_http = 1\n", "webhooks.allow_http", "must be true or false, got 1"),
+    ("[webhooks]\nallowed_ports = [0]\n", "webhooks.allowed_ports[0]", "from 1 to 65535, got 0"),
+    ("[webhooks]\nallowed_ports = 443\n", "webhooks.allowed_ports", "must be an array"),
     ("[billing]\npayment_provider = 'x'\n", "billing.payment_provider", 'one of test, got "x"'),
 ]
 

@@ -54,6 +54,7 @@ async def test_allowed_models_limits_use_and_listing(rig: Rig) -> None:
     ).status_code == 200
     r = await rig.chat({"model": "haiku", "messages": MESSAGES}, key=key)
     assert r.status_code == 403 and error_of(r)["code"] == "model_not_allowed"
+    assert error_of(r)["param"] == "model"
     listed = (await rig.gateway.client.get("/v1/models", headers=rig.gateway.auth(key))).json()
     assert [m["id"] for m in listed["data"]] == ["small"]
 

@@ -123,6 +123,10 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
     chat = paths["/v1/chat/completions"]["post"]["responses"]
     assert {"402", "429", "502", "504"} <= set(chat)
     assert "402" in paths["/v1/credits/topup"]["post"]["responses"]
+    # A secret key's rate limit applies on every route it may call (issue #19, item 9).
+    for path, method in (("/v1/files", "post"), ("/v1/keys", "get"), ("/v1/webhooks", "get")):
+        assert "429" in paths[path][method]["responses"], (path, method)
+    assert "429" not in paths["/healthz"]["get"]["responses"]
     upload = paths["/v1/files"]["post"]["requestBody"]["content"]["multipart/form-data"]
     form = doc["components"]["schemas"][upload["schema"]["$ref"].rsplit("/", 1)[-1]]
     assert form["properties"]["file"]["format"] == "binary"

@@ -41,7 +41,7 @@ async def test_no_key_value_in_database_or_logs(
     caplog.set_level(logging.DEBUG)
     runtime = gateway.runtime
     secrets = [gateway.management_key]
-    admin = await create_key(gateway, name="admin", scopes=["keys:manage"])
+    admin = await create_key(gateway, name="admin", scopes=["keys:manage", "models:read"])
     secrets.append(admin["key"])
     plain = await create_key(gateway, auth_key=admin["key"], name="plain", scopes=["models:read"])
     secrets.append(plain["key"])

@@ -164,7 +164,8 @@ async def test_create_returns_the_secret_once_and_stores_it_sealed(
 async def test_a_custom_secret_is_used_as_given(gw: Gateway) -> None:
     secret = "my-receivers-own-secret-9876"
     created = await _created(gw, secret=secret, enabled=False)
-    assert created["secret"] == secret and created["secret_hint"] == "…9876"
+    # 28 characters: too few for a hint to show any of them.
+    assert created["secret"] == secret and created["secret_hint"] == "…"
     assert created["enabled"] is False and created["disabled_reason"] == "manual"
     assert created["disabled_at"] == created["created_at"]
     record = await gw.runtime.storage.webhooks.get(gw.org_id, created["id"])
@@ -173,6 +174,26 @@ async def test_a_custom_secret_is_used_as_given(gw: Gateway) -> None:
     # `null` asks for a generated one.
     generated = await _created(gw, secret=None)
     assert generated["secret"].startswith("whsec_")
+    long = "whsec_" + "L" * 28 + "tail"
+    assert (await _created(gw, secret=long))["secret_hint"] == "whsec_…tail"
+
+
+async def test_a_short_custom_secret_is_refused_and_never_hinted_whole(gw: Gateway) -> None:
+    """Issue #19 item 10: `abcd` was accepted and its hint showed all of it. 24 characters
+    are needed, not counting a `whsec_` prefix (which anyone can guess)."""
+    for short in ("abcd", "x" * 23, "whsec_" + "x" * 23, "whsec_abcd"):
+        error = _bad(await _create(gw, secret=short), "secret")
+        assert error["code"] == "secret_too_short" and "24" in error["message"]
+    created = await _created(gw)
+    at = f"{PATH}/{created['id']}/rotate_secret"
+    error = _bad(await gw.client.post(at, json={"secret": "abcd"}, headers=gw.auth()), "secret")
+    assert error["code"] == "secret_too_short"
+    assert (await gw.client.get(PATH, headers=gw.auth())).json()["data"] == [
+        (await gw.client.get(f"{PATH}/{created['id']}", headers=gw.auth())).json()
+    ]
+    for fine in ("y" * 24, "whsec_" + "y" * 24):
+        made = await _created(gw, secret=fine)
+        assert made["secret"] == fine and "y" not in made["secret_hint"]
 
 
 async def test_event_filters_are_normalised(gw: Gateway) -> None:
@@ -273,6 +294,41 @@ async def test_allowed_networks_and_http_are_the_operators_choice(
         for url in ("https://[::1]/in", "http://10.0.0.1/in"):
             assert _bad(await _create(gw, url=url), "url")["code"] == "webhook_url_not_allowed"
         assert _bad(await _create(gw, url="ftp://127.0.0.1/in"), "url")
+
+
+async def test_ssrf_gaps_of_issue_19_are_closed_at_subscription(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Item 11: forms that embed or reach inside addresses, zone ids, and ports other than
+    443 are 400 naming `url`; an operator may allow other ports."""
+    first = gateway_config(database_url, tmp_path)
+    async with running_gateway(first) as gw:
+        refused = [
+            "https://[64:ff9b:1::7f00:1]/",  # RFC 8215 local-use NAT64
+            "https://[::ffff:0:7f00:1]/",  # IPv4-translated loopback
+            "https://192.88.99.1/",  # 6to4 relay anycast
+            "https://[2002:a00:1::1]/",  # 6to4 of 10.0.0.1
+            "https://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
+            "https://[::a00:1]/",  # IPv4-compatible 10.0.0.1
+            "https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",  # Teredo, client 127.0.0.1
+        ]
+        for url in refused:
+            error = _bad(await _create(gw, url=url), "url")
+            assert error["code"] == "webhook_url_not_allowed", url
+        for url in ("https://93.184.216.34%00.127.0.0.1/", "https://[fe80::1%25eth0]/"):
+            error = _bad(await _create(gw, url=url), "url")
+            assert error["code"] == "invalid_webhook_url" and "%" in error["message"], url
+        error = _bad(await _create(gw, url="https://93.184.215.14:8443/hooks"), "url")
+        assert error["code"] == "webhook_url_not_allowed" and "port 8443" in error["message"]
+        assert (await _created(gw, url="https://93.184.215.14:443/hooks"))["url"]
+    toml = "[webhooks]\nallowed_ports = [8443]\n"
+    assert first.master_key is not None
+    same_key = base64.b64encode(first.master_key).decode()
+    config = gateway_config(database_url, tmp_path / "b", toml=toml, GATEWAY_MASTER_KEY=same_key)
+    async with running_gateway(config) as gw:
+        assert (await _created(gw, url="https://93.184.215.14:8443/hooks"))["url"]
+        error = _bad(await _create(gw, url="https://93.184.215.14:8080/hooks"), "url")
+        assert error["code"] == "webhook_url_not_allowed"
 
 
 # -- update, delete ------------------------------------------------------------------------
@@ -389,8 +445,9 @@ async def test_rotate_secret_keeps_the_old_one_for_the_overlap(gw: Gateway) -> N
     assert expires is not None
     assert before + OVERLAP_S * 1_000_000 <= expires <= now_us() + OVERLAP_S * 1_000_000
 
-    custom = await gw.client.post(at, json={"secret": "rotated-by-hand-5555"}, headers=gw.auth())
-    assert custom.status_code == 200 and custom.json()["secret"] == "rotated-by-hand-5555"
+    by_hand = "rotated-by-hand-555555555555555"
+    custom = await gw.client.post(at, json={"secret": by_hand}, headers=gw.auth())
+    assert custom.status_code == 200 and custom.json()["secret"] == by_hand
     _bad(await gw.client.post(at, json={"secret": "a b"}, headers=gw.auth()), "secret")
     _bad(await gw.client.post(at, json={"other": 1}, headers=gw.auth()), "other")
 

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from protocol.netguard import parse_address, refusal
+from protocol.netguard import inside, parse_address, refusal
 
 REFUSED = [
     ("127.0.0.1", "loopback"),
@@ -40,9 +40,36 @@ REFUSED = [
     ("64:ff9b::a9fe:a9fe", "link-local"),
     ("2002:7f00:1::", "loopback"),
     ("2002:c0a8:0101::1", "private"),
+    # Issue #19 item 11: ranges and disguises that got through.
+    ("64:ff9b:1::7f00:1", "private"),  # RFC 8215 local-use NAT64: a site's own translator
+    ("64:ff9b:1:ffff::1", "private"),
+    ("::ffff:0:7f00:1", "loopback"),  # IPv4-translated (SIIT)
+    ("::ffff:0:a00:1", "private"),
+    ("192.88.99.1", "reserved"),  # 6to4 relay anycast
+    ("2002:a00:1::1", "private"),  # 6to4 of 10.0.0.1
+    ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of the metadata address
+    ("64:ff9b::7f00:1", "loopback"),  # NAT64 well-known prefix
+    ("64:ff9b::a00:1", "private"),
+    ("::a00:1", "private"),  # IPv4-compatible
+    ("::169.254.169.254", "link-local"),
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),  # Teredo, client 127.0.0.1
+    ("2001:0:7f00:1:8000:63bf:3fff:fdd2", "loopback"),  # Teredo, server 127.0.0.1
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"),  # Teredo, client 10.0.0.1
+    ("2001:2::1", "reserved"),
+    ("2001:10::1", "reserved"),
+    ("3fff::1", "reserved"),
+    ("5f00::1", "reserved"),
 ]
 
-ALLOWED = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+ALLOWED = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.216.34",
+    "2606:4700:4700::1111",
+    "::ffff:8.8.8.8",
+    "64:ff9b::808:808",  # NAT64 of a public address: a public translator
+    "2002:808:808::1",  # 6to4 of a public address
+]
 
 
 @pytest.mark.parametrize(("text", "why"), REFUSED)
@@ -62,6 +89,19 @@ def test_allowed_networks_let_their_addresses_through_only() -> None:
     assert refusal(ipaddress.ip_address("::1"), loopback) == "loopback"
     assert refusal(ipaddress.ip_address("10.0.0.1"), loopback) == "private"
     assert refusal(ipaddress.ip_address("::1"), [ipaddress.ip_network("::1/128")]) is None
+
+
+def test_inside_covers_every_embedded_address() -> None:
+    loopback = [ipaddress.ip_network("127.0.0.0/8")]
+    assert inside(ipaddress.ip_address("127.0.0.1"), loopback)
+    assert inside(ipaddress.ip_address("::ffff:0:7f00:1"), loopback)
+    assert inside(ipaddress.ip_address("64:ff9b::7f00:1"), loopback)
+    assert not inside(ipaddress.ip_address("::1"), loopback)
+    assert not inside(ipaddress.ip_address("8.8.8.8"), loopback)
+    assert not inside(ipaddress.ip_address("2606:4700:4700::1111"), loopback)
+    teredo = ipaddress.ip_address("2001:0:4136:e378:8000:63bf:80ff:fffe")  # server public
+    assert not inside(teredo, loopback)
+    assert refusal(teredo, loopback) is None  # its loopback client is allowed, its server public
 
 
 def test_parse_address() -> None:

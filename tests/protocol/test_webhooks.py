@@ -60,15 +60,28 @@ def test_generated_secrets_are_whsec_and_32_random_bytes() -> None:
     webhooks.check_custom_secret(a)
 
 
-@pytest.mark.parametrize("bad", ["", "has space", "tab\there", "é-accent", "x" * 1025])
+@pytest.mark.parametrize("bad", ["", "has space" * 3, "tab\there" * 3, "é-accent" * 4, "x" * 1025])
 def test_custom_secret_rules(bad: str) -> None:
     with pytest.raises(ValueError):
         webhooks.check_custom_secret(bad)
 
 
-def test_secret_hint_shows_only_the_last_four() -> None:
-    assert webhooks.secret_hint("whsec_abcdefgh1234") == "whsec_…1234"
-    assert webhooks.secret_hint("mine-own-secret") == "…cret"
+@pytest.mark.parametrize("short", ["abcd", "x" * 23, "whsec_" + "x" * 23, "whsec_"])
+def test_a_custom_secret_has_24_characters_after_its_prefix(short: str) -> None:
+    with pytest.raises(webhooks.SecretTooShort):
+        webhooks.check_custom_secret(short)
+    webhooks.check_custom_secret("x" * 24)
+    webhooks.check_custom_secret("whsec_" + "x" * 24)
+
+
+def test_secret_hint_shows_at_most_an_eighth_of_a_secret() -> None:
+    assert webhooks.secret_hint("whsec_" + "a" * 28 + "1234") == "whsec_…1234"
+    assert webhooks.secret_hint("m" * 28 + "cret") == "…cret"
+    assert webhooks.secret_hint("whsec_" + "a" * 27 + "123") == "whsec_…"
+    assert webhooks.secret_hint("mine-own-secret") == "…"
+    assert webhooks.secret_hint("abcd") == "…"
+    generated = webhooks.generate_secret()
+    assert webhooks.secret_hint(generated) == "whsec_…" + generated[-4:]
 
 
 def test_envelope_embeds_the_stored_data_verbatim() -> None:

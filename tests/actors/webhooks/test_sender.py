@@ -6,13 +6,13 @@ import hmac
 import ipaddress
 import itertools
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import trio
 import trio.testing
 
-from actors.webhooks.sender import BODY_LIMIT, WebhookSender, check_url, parse_url
+from actors.webhooks.sender import BODY_LIMIT, PortRefused, WebhookSender, check_url, parse_url
 from protocol.webhooks import delivery_headers
 from tests.actors.webhooks.conftest import start_receiver
 from tests.webhook_receiver import (
@@ -172,6 +172,107 @@ async def test_refused_addresses_are_never_connected(
     assert receiver.connections == 0
     with pytest.raises(ValueError, match=f"resolves to a {why} address"):
         await check_url(f"https://{host}/hook")
+
+
+class FakeDNS(trio.abc.HostnameResolver):
+    """A resolver answering fixed addresses for names (Trio's own hook for custom resolvers):
+    what a hostile DNS server could answer at delivery time."""
+
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+
+    async def getaddrinfo(  # type: ignore[override]
+        self, host: bytes | None, port: object, family: int = 0, type: int = 0, *args: object
+    ) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[object, ...]]]:
+        name = (host or b"").decode()
+        if name not in self.answers:
+            raise socket.gaierror(socket.EAI_NONAME, "unknown name")
+        out: list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[object, ...]]]
+        out = []
+        for text in self.answers[name]:
+            if ipaddress.ip_address(text).version == 4:
+                out.append((socket.AF_INET, socket.SOCK_STREAM, 6, "", (text, port)))
+            else:
+                out.append((socket.AF_INET6, socket.SOCK_STREAM, 6, "", (text, port, 0, 0)))
+        return out
+
+    async def getnameinfo(self, sockaddr: object, flags: int) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+@pytest.fixture
+async def fake_dns() -> AsyncIterator[dict[str, list[str]]]:
+    answers: dict[str, list[str]] = {}
+    previous = trio.socket.set_custom_hostname_resolver(FakeDNS(answers))
+    yield answers
+    trio.socket.set_custom_hostname_resolver(previous)
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("64:ff9b:1::7f00:1", "private"),
+        ("::ffff:0:7f00:1", "loopback"),
+        ("192.88.99.1", "reserved"),
+        ("2002:a00:1::1", "private"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),
+        ("64:ff9b::a9fe:a9fe", "link-local"),
+        ("::a00:1", "private"),
+    ],
+)
+async def test_dns_answers_in_every_disguise_are_refused_at_delivery(
+    tls: ReceiverTLS, receiver: Receiver, fake_dns: dict[str, list[str]], address: str, why: str
+) -> None:
+    """Issue #19 item 11: the name passed the check at subscription time; at delivery it
+    resolves (also) to an address that embeds or is an inside one."""
+    fake_dns["hooks.example.com"] = ["93.184.215.14", address]
+    url = f"https://hooks.example.com:{receiver.port}/hook"
+    result = await sender(tls, allowed_networks=()).post(url, BODY, headers(["s"]))
+    assert (result.status, result.error) == (None, f"refused address: {why}")
+    assert receiver.connections == 0
+    with pytest.raises(ValueError, match=f"resolves to a {why} address"):
+        await check_url("https://hooks.example.com/hook")
+
+
+async def test_ports_other_than_443_need_the_operator(
+    tls: ReceiverTLS, receiver: Receiver, fake_dns: dict[str, list[str]]
+) -> None:
+    fake_dns["hooks.example.com"] = ["93.184.215.14"]
+    result = await sender(tls).post("https://hooks.example.com:8443/", BODY, headers(["s"]))
+    assert (result.status, result.error) == (None, "refused port: 8443")
+    with pytest.raises(PortRefused):
+        await check_url("https://hooks.example.com:8443/")
+    with pytest.raises(PortRefused):
+        await check_url("https://93.184.215.14:25/")
+    await check_url("https://hooks.example.com:8443/", allowed_ports=[8443])
+    await check_url("https://hooks.example.com:443/")
+    with pytest.raises(PortRefused):
+        await check_url("http://hooks.example.com:443/", allow_http=True)  # http's own is 80
+    await check_url("http://hooks.example.com/", allow_http=True)
+    # A receiver in a network the operator allowed may listen anywhere (the loopback receiver
+    # of these tests does), but a name that also answers a public address may not.
+    fake_dns["local.example.com"] = ["127.0.0.1"]
+    url = f"https://local.example.com:{receiver.port}/hook"
+    await check_url(url, allowed_networks=LOOPBACK)
+    fake_dns["mixed.example.com"] = ["127.0.0.1", "93.184.215.14"]
+    with pytest.raises(PortRefused):
+        await check_url(f"https://mixed.example.com:{receiver.port}/", allowed_networks=LOOPBACK)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://93.184.216.34%00.127.0.0.1/",
+        "https://[fe80::1%25eth0]/",
+        "https://[2606:4700:4700::1111%251]/",
+        "https://hooks%2eexample.com/",
+    ],
+)
+async def test_a_host_with_a_zone_id_or_escape_is_refused(tls: ReceiverTLS, url: str) -> None:
+    with pytest.raises(ValueError, match="must not contain %"):
+        parse_url(url)
+    result = await sender(tls).post(url, BODY, headers(["s"]))
+    assert result.error is not None and "must not contain %" in result.error
 
 
 async def test_allowed_private_networks_let_loopback_through_by_name_too(

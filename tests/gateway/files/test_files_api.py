@@ -102,6 +102,26 @@ async def test_download_has_the_stored_media_type_and_a_safe_disposition(
     assert r.headers["content-type"] == "image/png"  # proved by the content, not the name
 
 
+@pytest.mark.parametrize(
+    ("filename", "disposition"),
+    [
+        ("../../etc/passwd", 'attachment; filename="passwd"'),
+        ("/srv/shared/report.txt", 'attachment; filename="report.txt"'),
+        ("notes/ä ü.txt", "attachment; filename=\"_ _.txt\"; filename*=UTF-8''%C3%A4%20%C3%BC.txt"),
+    ],
+)
+async def test_a_download_is_named_by_the_base_name_only(
+    files_gw: FilesGateway, filename: str, disposition: str
+) -> None:
+    """Issue #19 item 12: the label keeps what the client sent; the download's name does not
+    carry a path a client could save outside its directory (RFC 6266)."""
+    body = await uploaded(files_gw, b"x\n", filename=filename)
+    assert body["filename"] == filename
+    r = await content_of(files_gw, body["id"])
+    assert r.status_code == 200
+    assert r.headers["content-disposition"] == disposition
+
+
 async def test_the_same_content_twice_gives_two_files(files_gw: FilesGateway) -> None:
     first = await uploaded(files_gw, b"same")
     second = await uploaded(files_gw, b"same")
