@@ -16,7 +16,7 @@ PIP_TOOLS := pip-tools==7.6.2
 COMPILE := .venv-lock/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host --resolver=backtracking
 
-.PHONY: install serve test lint fmt typecheck unit migrate bench lock clean
+.PHONY: install serve test lint fmt typecheck unit fuzz migrate bench lock clean
 
 # `make` alone: the runtime and dev dependencies, nothing run.
 install: $(DEV_STAMP)
@@ -61,6 +61,13 @@ unit: $(DEV_STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# Schemathesis against /openapi.json, longer than the bounded run in `make test`
+# (tests/gateway/fuzz_rig.py). FUZZ_EXAMPLES per operation; with GATEWAY_TEST_DATABASE_URL
+# set, once more on PostgreSQL.
+FUZZ_EXAMPLES ?= 500
+fuzz: $(DEV_STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/gateway/test_openapi_fuzz.py -s $(PYTEST_ARGS)
 
 # `gateway bench $(BENCH_ARGS)`: the standard suite by default (about 3 minutes; bench/README.md);
 # e.g. make bench BENCH_ARGS="suite --duration 5 --out bench/out", or "files --mb 100".

@@ -25,14 +25,19 @@ class ProviderKeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True
     api_key: ApiKeyValue
 
     def __post_init__(self) -> None:
-        # It travels in a header: printable ASCII, as providers issue keys. Refused here, before
+        # It travels in a header: visible ASCII, as providers issue keys. Refused here, before
         # it is sent anywhere: control characters would break the header, other characters
         # either could not be encoded (a 500) or would be refused by the provider anyway.
-        if not (self.api_key.isascii() and self.api_key.isprintable()) or " " in self.api_key:
+        if not sendable_as_header(self.api_key):
             raise invalid_request(
-                "`api_key` must be printable ASCII without spaces or control characters.",
+                "`api_key` must be visible ASCII characters only (no spaces or controls).",
                 param="api_key",
             )
+
+
+def sendable_as_header(api_key: str) -> bool:
+    """Whether a provider key can be sent as a header value as it is: visible ASCII only."""
+    return all("!" <= c <= "~" for c in api_key)
 
 
 class ProviderKey(msgspec.Struct, kw_only=True):

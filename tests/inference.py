@@ -8,7 +8,7 @@ simulated upstream. Models: `small` → sim/sim-small and `haiku` → claude/cla
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -103,14 +103,15 @@ async def inference_rig(
     read_timeout_s: float = 5.0,
     keepalive_s: float = 15.0,
     credit_usd: float | None = 100.0,
-    extra_toml: str = "",
+    extra_toml: str | Callable[[str], str] = "",
     **env: str,
 ) -> AsyncIterator[Rig]:
-    """With `credit_usd`, the org is topped up that much first (billing is on by default)."""
+    """With `credit_usd`, the org is topped up that much first (billing is on by default).
+    `extra_toml` may be a function of the upstream's URL (for providers of its own)."""
     async with trio.open_nursery() as nursery:
         upstream: UpstreamServer = await nursery.start(partial(serve_upstream))
         toml = inference_toml(upstream.url, read_timeout_s=read_timeout_s, keepalive_s=keepalive_s)
-        toml += extra_toml
+        toml += extra_toml(upstream.url) if callable(extra_toml) else extra_toml
         config = gateway_config(database_url, tmp_path, toml=toml, **env)
         async with running_gateway(config) as gw:
             r = await gw.client.post("/v1/keys", json={"name": "all"}, headers=gw.auth())

@@ -32,6 +32,7 @@ from gateway.config.schema import (
     ServerConfig,
     WebhooksConfig,
 )
+from protocol.provider_keys import sendable_as_header
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -197,12 +198,14 @@ def _parse_provider(table: _Table, environ: Mapping[str, str]) -> ProviderConfig
     name = table.require("name", schema.parse_provider_name)
     kind = table.require("kind", schema.one_of(schema.PROVIDER_KINDS))
     base_url = table.require("base_url", schema.parse_http_url)
-    api_key = table.get("api_key", schema.parse_secret, None)
+    api_key = table.get("api_key", schema.parse_header_secret, None)
     api_key_env = table.get("api_key_env", schema.parse_env_var_name, None)
     if api_key_env is not None:
         if api_key is not None:
             raise table.error("api_key_env", "set either api_key or api_key_env, not both")
         api_key = environ.get(api_key_env) or None  # unset: the provider is keyless (or BYOK)
+        if api_key is not None and not sendable_as_header(api_key):
+            raise table.error("api_key_env", f"the variable's value {schema.HEADER_SECRET}")
     supports = table.get_list("supports", schema.one_of(schema.CAPABILITIES))
     if supports == []:
         raise table.error(

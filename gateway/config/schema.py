@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from protocol.credentials import OPERATOR_PREFIX
+from protocol.provider_keys import sendable_as_header
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -329,6 +330,19 @@ def parse_secret(value: object) -> str:
     if not value.strip():
         raise InvalidValue("must not be empty")
     return value
+
+
+HEADER_SECRET = (
+    "must be visible ASCII characters only (no spaces or controls): it is sent as a header"
+)
+
+
+def parse_header_secret(value: object) -> str:
+    """A provider's API key: sent upstream as a header value, so visible ASCII only."""
+    secret = parse_secret(value)
+    if not sendable_as_header(secret):
+        raise InvalidValue(HEADER_SECRET)
+    return secret
 
 
 def integer_in(low: int, high: int | None = None) -> Callable[[object], int]:

@@ -317,6 +317,15 @@ def test_api_key_env_resolves_from_environ(tmp_path: Path) -> None:
     assert load_text(tmp_path, text, MY_KEY=PROVIDER_KEY).providers[0].api_key == PROVIDER_KEY
 
 
+def test_api_key_env_value_must_be_a_header_value(tmp_path: Path) -> None:
+    text = PROVIDER + 'api_key_env = "MY_KEY"\n'
+    for bad in ("sk two", "sk-caf\u00e9", "sk\r\nX-Injected: 1"):
+        with pytest.raises(ConfigError) as caught:
+            load_text(tmp_path, text, MY_KEY=bad)
+        assert caught.value.key == "providers[0].api_key_env"
+        assert "visible ASCII" in caught.value.problem and bad not in str(caught.value)
+
+
 def test_api_key_env_unset_gives_none(tmp_path: Path) -> None:
     text = PROVIDER + 'api_key_env = "MY_KEY"\n'
     assert load_text(tmp_path, text).providers[0].api_key is None
@@ -601,6 +610,8 @@ FILE_ERRORS = [
     (P + "supports = []\n", "providers[0].supports", "must list at least one of"),
     (P + "api_key = 'k'\napi_key_env = 'K'\n", "providers[0].api_key_env", "not both"),
     (P + "api_key = 5\n", "providers[0].api_key", "must be a string, got an integer"),
+    (P + "api_key = 'sk two'\n", "providers[0].api_key", "visible ASCII"),
+    (P + "api_key = 'sk-caf\u00e9'\n", "providers[0].api_key", "visible ASCII"),
     (P + "api_key_env = 'sk-abc'\n", "providers[0].api_key_env", "name of an environment variable"),
     (P + "max_connections = 0\n", "providers[0].max_connections", f"{AT_LEAST_1}, got 0"),
     (P + "max_keepalive_connections = -2\n", "providers[0].max_keepalive_connections", "least 1"),

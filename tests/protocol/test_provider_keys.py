@@ -24,7 +24,9 @@ def test_hint_keeps_the_last_four_of_long_keys_only() -> None:
 def test_create_body_refuses_what_cannot_be_a_header_value() -> None:
     ok = decode_json(b'{"provider": "openai", "api_key": "sk-1"}', ProviderKeyCreate)
     assert (ok.provider, ok.api_key) == ("openai", "sk-1")
-    for bad in ('"sk-1 "', '"\\tsk-1"', '"sk\\u0000x"', '"sk\\nX: y"', '"sk\\u007f"'):
+    bad_values = ('"sk-1 "', '"\\tsk-1"', '"sk\\u0000x"', '"sk\\nX: y"', '"sk\\u007f"')
+    bad_values += ('"sk-\\u00e9"', '"sk-\\u0085x"', '"sk 1"', '"sk-\\ud83d\\ude00"')
+    for bad in bad_values:
         with pytest.raises(APIError) as caught:
             decode_json(b'{"provider": "openai", "api_key": %b}' % bad.encode(), ProviderKeyCreate)
         assert caught.value.param == "api_key"
