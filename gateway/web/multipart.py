@@ -60,6 +60,7 @@ DEFAULT_LIMITS = MultipartLimits()
 # RFC 2046 §5.1.1: 1 to 70 characters, the last one not a space.
 _BOUNDARY = re.compile(rb"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 _FILENAME_STAR = re.compile(r"""(?:^|;)\s*filename\*\s*=\s*([^';\s]*)'[^']*'([^;\s]*)""", re.I)
+_FILENAME_CHARSETS = frozenset({"utf-8", "iso-8859-1"})  # RFC 8187 3.2.1
 _PART, _DATA, _PART_END, _END = range(4)
 
 
@@ -397,14 +398,17 @@ class Part:
 
 def _filename(disposition: bytes | None, plain: bytes | None) -> str | None:
     """RFC 7578 allows only `filename`, but some clients send the RFC 5987 `filename*` too
-    (with `filename` as an ASCII fallback): the extended one wins when it decodes."""
+    (with `filename` as an ASCII fallback): the extended one wins when it decodes in one of
+    the two charsets RFC 8187 allows (any codec Python knows would let `unicode_escape` or
+    `utf-7` make lone surrogates, which no storage or header can encode)."""
     if disposition is not None and b"*" in disposition:
         star = _FILENAME_STAR.search(disposition.decode("latin-1"))
         if star is not None:
-            charset = star.group(1) or "utf-8"
-            try:
-                return unquote(star.group(2), encoding=charset, errors="strict")
-            except (LookupError, UnicodeDecodeError):
-                pass
+            charset = (star.group(1) or "utf-8").lower()
+            if charset in _FILENAME_CHARSETS:
+                try:
+                    return unquote(star.group(2), encoding=charset, errors="strict")
+                except UnicodeDecodeError:
+                    pass
     # Browsers send UTF-8 inside the quotes; the header arrived as bytes.
     return plain.decode("utf-8", "replace") if plain is not None else None

@@ -434,6 +434,15 @@ HOSTILE_NAMES: list[tuple[str, bytes, str]] = [
         b"filename=\"x.txt\"; filename*=UTF-8''..%2F..%2Fevil%0D%0Aset-cookie%3A%20a%00.txt",
         "../../evilset-cookie: a.txt",
     ),
+    # Only RFC 8187's two charsets are decoded: `unicode_escape` (or utf-7, punycode) made a
+    # lone surrogate, which storage could not encode (a 500). The plain filename is used.
+    (
+        "rfc5987-other-codec",
+        b"filename=\"x.txt\"; filename*=unicode_escape''%5Cud800.txt",
+        "x.txt",
+    ),
+    ("rfc5987-utf7", b"filename=\"y.txt\"; filename*=utf-7''+2AA-.txt", "y.txt"),
+    ("rfc5987-latin1", b"filename=\"z.txt\"; filename*=iso-8859-1''caf%E9.txt", "caf\u00e9.txt"),
 ]
 
 
