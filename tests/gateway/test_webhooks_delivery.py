@@ -16,6 +16,7 @@ import trio
 from tests.gateway.test_webhooks_processes import settled
 from tests.harness import OPERATOR_KEY
 from tests.inference import Rig, inference_rig
+from tests.waiting import wait_until_async
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
 TOML = """
@@ -91,8 +92,14 @@ async def produce_and_check(rig: Rig, keys_hook: Receiver, all_hook: Receiver) -
     assert error["data"]["request_id"] == failed.headers["x-request-id"]
     assert len(everything) == 31
 
+    # A delivery is counted just after its attempt is recorded, which the log above shows
+    # first: wait for the count rather than read it once.
+    async def counted() -> bool:
+        metrics = (await gw.client.get("/metrics")).text
+        return 'gateway_webhook_deliveries{outcome="delivered"} 61.0' in metrics
+
+    await wait_until_async(counted)
     metrics = (await gw.client.get("/metrics")).text
-    assert 'gateway_webhook_deliveries{outcome="delivered"} 61.0' in metrics
     assert 'gateway_webhook_deliveries{outcome="dropped"} 0.0' in metrics
     tree = (await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))).json()
     [webhooks] = [n for n in tree["children"] if n["name"] == "webhooks"]
