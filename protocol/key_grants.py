@@ -19,7 +19,7 @@ the gateway resolves both to one model): a key's list can only be narrower than 
 Creating: the new key, after inheriting, must be within the caller. Changing or deleting: the
 key as it is must be within the caller (a key may not disable, narrow or delete a wider one,
 e.g. the organization's production key), and a change must leave it within the caller, so no
-key can widen itself. Violations are 403 `privilege_escalation` (the new values exceed the
+key can widen itself. A secret key may disable a key within it, never enable one again. Violations are 403 `privilege_escalation` (the new values exceed the
 caller) or `key_wider_than_caller` (the key is out of the caller's reach), with `param` naming
 the first field concerned. Reading keys is not restricted by this rule.
 """
@@ -140,8 +140,13 @@ def check_create(caller: Limits, key: Limits) -> None:
         raise _escalation(found)
 
 
-def check_change(caller: Limits, before: Limits, after: Limits | None) -> None:
-    """APIError 403 unless `caller` may change a key from `before` to `after` (None: delete)."""
+def check_change(
+    caller: Limits, before: Limits, after: Limits | None, *, enables: bool = False
+) -> None:
+    """APIError 403 unless `caller` may change a key from `before` to `after` (None: delete).
+    `enables`: the change turns a disabled key back on, which only a management key may do:
+    a key disabled by an administrator (a leaked one) must not be revived by any secret key
+    that happens to be as wide."""
     found = excess(caller, before)
     if found is not None:
         raise APIError(
@@ -156,6 +161,14 @@ def check_change(caller: Limits, before: Limits, after: Limits | None) -> None:
         found = excess(caller, after)
         if found is not None:
             raise _escalation(found)
+    if enables:
+        raise APIError(
+            403,
+            "Only a management key may enable a disabled key.",
+            type="permission_error",
+            code=ESCALATION,
+            param="is_active",
+        )
 
 
 def _escalation(found: Excess) -> APIError:

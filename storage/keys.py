@@ -112,6 +112,7 @@ async def bump_credentials_epoch(tx: Executor) -> None:
 class KeyRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._locks = db.dialect == "postgresql"  # see `_live`
 
     async def create(
         self, org_id: str, credential: NewCredential, settings: Mapping[str, Any]
@@ -192,7 +193,7 @@ class KeyRepository:
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         async with self._db.transaction() as tx:
-            current = await _live(tx, org_id, key_id)
+            current = await _live(tx, org_id, key_id, for_update=self._locks)
             if current is None:
                 return None
             normalized: dict[str, Any] = {
@@ -219,7 +220,7 @@ class KeyRepository:
     ) -> bool:
         """Revoke permanently; False if no such live key. `check(current)` as for `update`."""
         async with self._db.transaction() as tx:
-            current = await _live(tx, org_id, key_id)
+            current = await _live(tx, org_id, key_id, for_update=self._locks)
             if current is None:
                 return False
             if check is not None:
@@ -253,10 +254,16 @@ class KeyRepository:
         )
 
 
-async def _live(executor: Executor, org_id: str, key_id: str) -> KeyRecord | None:
+async def _live(
+    executor: Executor, org_id: str, key_id: str, *, for_update: bool = False
+) -> KeyRecord | None:
+    """`for_update` (PostgreSQL, in a transaction): the row stays locked until it ends, so a
+    change checked against it (`update`, `delete`) is checked against what it overwrites.
+    SQLite needs no lock: its write transactions run one at a time (BEGIN IMMEDIATE)."""
     row = await executor.fetchrow(
         f"SELECT {_COLUMNS} FROM api_keys"
-        " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL",
+        " WHERE id = :id AND org_id = :org_id AND deleted_at IS NULL"
+        + (" FOR UPDATE" if for_update else ""),
         {"id": key_id, "org_id": org_id},
     )
     return None if row is None else _record(row)

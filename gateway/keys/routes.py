@@ -102,7 +102,9 @@ def _change_check(principal: Principal) -> Callable[[KeyRecord, KeyRecord | None
         return None
 
     def check(current: KeyRecord, updated: KeyRecord | None) -> None:
-        check_change(current if current.id == caller.id else caller, current, updated)
+        enables = updated is not None and updated.is_active and not current.is_active
+        bound = current if current.id == caller.id else caller
+        check_change(bound, current, updated, enables=enables)
 
     return check
 

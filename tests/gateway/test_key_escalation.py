@@ -8,9 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+import trio
+
 from protocol.scopes import ALL_SCOPES
 from tests.gateway.keys_client import create_key, error_of
 from tests.harness import Gateway
+from tests.waiting import wait_until_async
 
 LIMITS: dict[str, Any] = {
     "scopes": ["keys:manage", "chat:completions"],
@@ -141,6 +145,65 @@ async def test_a_key_changes_keys_within_it_up_to_its_own_limits(gateway: Gatewa
     )
     _refused(r, "privilege_escalation", "daily_budget_usd")
     assert (await gateway.client.delete(f"/v1/keys/{child['id']}", headers=auth)).status_code == 200
+
+
+async def test_a_disabled_key_is_enabled_again_only_by_a_management_key(
+    gateway: Gateway,
+) -> None:
+    # Found in review: an administrator disables a leaked key; a bound key as wide as it
+    # turned it back on.
+    admin = await _bound_admin(gateway)
+    leaked = await create_key(
+        gateway, auth_key=admin["key"], name="leaked", scopes=["chat:completions"]
+    )  # within the bound key: it may disable it
+    path, auth = f"/v1/keys/{leaked['id']}", gateway.auth(admin["key"])
+    r = await gateway.client.patch(path, json={"is_active": False}, headers=gateway.auth())
+    assert r.status_code == 200
+    r = await gateway.client.patch(path, json={"is_active": True}, headers=auth)
+    _refused(r, "privilege_escalation", "is_active")
+    assert (await _key(gateway, leaked["id"]))["is_active"] is False
+    # It may still disable and narrow keys within it, and change a disabled one otherwise.
+    r = await gateway.client.patch(path, json={"rate_limit_rpm": 5}, headers=auth)
+    assert r.status_code == 200 and r.json()["is_active"] is False
+    r = await gateway.client.patch(path, json={"is_active": True}, headers=gateway.auth())
+    assert r.status_code == 200 and r.json()["is_active"] is True
+
+
+async def test_a_change_is_checked_against_the_row_it_overwrites(
+    backend: str, gateway: Gateway
+) -> None:
+    """PostgreSQL reads committed rows without waiting: the key's row is locked while the
+    change is checked and written, so a widening committed meanwhile is what gets checked."""
+    if backend != "postgresql":
+        pytest.skip("SQLite runs write transactions one at a time")
+    admin = await _bound_admin(gateway)
+    child = await create_key(gateway, auth_key=admin["key"], name="child")
+    db = gateway.runtime.storage.db
+    outcome: list[int] = []
+
+    async def bound_disables_it() -> None:
+        r = await gateway.client.patch(
+            f"/v1/keys/{child['id']}", json={"is_active": False}, headers=gateway.auth(admin["key"])
+        )
+        outcome.append(r.status_code)
+
+    async def waiting_for_a_lock() -> bool:
+        return bool(
+            await db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        async with db.transaction() as tx:  # an administrator widens the key, not committed yet
+            await tx.execute(
+                "UPDATE api_keys SET scopes = NULL WHERE id = :id", {"id": child["id"]}
+            )
+            nursery.start_soon(bound_disables_it)
+            await wait_until_async(waiting_for_a_lock)
+    assert outcome == [403]  # it was wider than the bound key by the time it was written
+    assert (await _key(gateway, child["id"]))["is_active"] is True
 
 
 async def test_keys_wider_than_the_caller_are_out_of_its_reach(gateway: Gateway) -> None:

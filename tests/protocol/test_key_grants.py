@@ -114,3 +114,11 @@ def test_a_key_cannot_widen_itself() -> None:
         with pytest.raises(APIError):
             check_change(BOUND, BOUND, replace(BOUND, **{field: None}))
     check_change(BOUND, BOUND, replace(BOUND, rate_limit_rpm=30))  # narrowing is fine
+
+
+def test_only_a_management_key_enables_a_disabled_key() -> None:
+    narrower = replace(BOUND, rate_limit_rpm=10)
+    check_change(BOUND, narrower, narrower)  # disabling, or any change that enables nothing
+    with pytest.raises(APIError) as raised:
+        check_change(BOUND, narrower, narrower, enables=True)
+    assert raised.value.code == ESCALATION and raised.value.param == "is_active"
