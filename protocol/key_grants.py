@@ -19,9 +19,10 @@ the gateway resolves both to one model): a key's list can only be narrower than 
 Creating: the new key, after inheriting, must be within the caller. Changing or deleting: the
 key as it is must be within the caller (a key may not disable, narrow or delete a wider one,
 e.g. the organization's production key), and a change must leave it within the caller, so no
-key can widen itself. A secret key may disable a key within it, never enable one again. Violations are 403 `privilege_escalation` (the new values exceed the
-caller) or `key_wider_than_caller` (the key is out of the caller's reach), with `param` naming
-the first field concerned. Reading keys is not restricted by this rule.
+key can widen itself. A secret key may disable a key within it, never enable one again.
+Violations are 403 `privilege_escalation` (the new values exceed the caller) or
+`key_wider_than_caller` (the key is out of the caller's reach), with `param` naming the first
+field concerned. Reading keys is not restricted by this rule.
 """
 
 from __future__ import annotations
