@@ -1,6 +1,7 @@
 """The Provider Keys API (bring-your-own-key): an organization's own key for a provider.
 
-Callers need a management key or a secret key holding `keys:manage`, as for the Keys API. A key
+Callers need a management key: a provider key decides where the organization's prompts go and
+who pays for them, organization-wide (no secret key may change that, whatever its scopes). A key
 is checked with its provider before it is stored, stored sealed (AES-256-GCM), and never
 answered: responses carry its last characters only. One key per provider: creating a second
 replaces the first (same id). Another organization's key is indistinguishable from a missing one.
@@ -12,7 +13,7 @@ from actors.upstream import Upstreams
 from gateway.auth.principal import Principal
 from gateway.provider_keys.check import check_with_provider
 from gateway.provider_keys.resolver import ProviderKeyResolver
-from gateway.web import Operation, Request, Response, Routes, json_response
+from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.provider_keys import (
     ProviderKey,
@@ -23,7 +24,6 @@ from protocol.provider_keys import (
     sealing_context,
     shown_hint,
 )
-from protocol.scopes import KEYS_MANAGE
 from protocol.timefmt import to_iso
 from storage.open import Storage
 from storage.provider_keys import ProviderKeyRecord
@@ -68,7 +68,7 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
             _TAG,
             request=ProviderKeyCreate,
             response=ProviderKey,
-            scope=KEYS_MANAGE,
+            auth=Auth.MANAGEMENT,
             success_status=201,
             other_success=(200,),  # it replaced the key held for that provider
             errors=(400, *_AUTH_ERRORS, 413, 502, 504),
@@ -101,7 +101,7 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
             "List the organization's provider keys, by provider",
             _TAG,
             response=ProviderKeyList,
-            scope=KEYS_MANAGE,
+            auth=Auth.MANAGEMENT,
             errors=_AUTH_ERRORS,
         )
     )
@@ -118,7 +118,7 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
             "Retrieve a provider key (its last characters only)",
             _TAG,
             response=ProviderKey,
-            scope=KEYS_MANAGE,
+            auth=Auth.MANAGEMENT,
             errors=(*_AUTH_ERRORS, 404),
         )
     )
@@ -137,7 +137,7 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
             "Delete a provider key: requests to its provider use the gateway's key again",
             _TAG,
             response=ProviderKeyDeleted,
-            scope=KEYS_MANAGE,
+            auth=Auth.MANAGEMENT,
             errors=(*_AUTH_ERRORS, 404),
         )
     )
