@@ -225,7 +225,8 @@ class Http1Server:
         except ClientGone:
             return
         except Exception:
-            log.exception("unhandled error in the app on %s %s", head.method, scope["path"])
+            # The path as sent (%-escapes kept): decoded, `%0D%0A` would forge log lines.
+            log.exception("unhandled error in the app on %s %r", head.method, scope["raw_path"])
         if exchange.started:
             return
         if exchange.error is not None:  # a client that half-closed mid-body can still read

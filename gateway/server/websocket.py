@@ -202,6 +202,6 @@ async def serve_websocket(
             pass
         except Exception:
             failed = True
-            log.exception("unhandled error in the app on WebSocket %s", scope["path"])
+            log.exception("unhandled error in the app on WebSocket %r", scope["raw_path"])
         await ws.finish(failed)
         nursery.cancel_scope.cancel()

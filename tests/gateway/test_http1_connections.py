@@ -122,6 +122,29 @@ async def test_an_app_failure_ends_its_connection_only(
     assert done and done[0].endswith(b"end\r\n0\r\n\r\n")
 
 
+async def test_the_failure_log_line_cannot_be_forged_by_the_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Found in review: the decoded path was logged, so `%0D%0A` in it wrote a line of the
+    # client's choosing into the plain-text log.
+    async def raising(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            raise RuntimeError("no lifespan here")
+        raise ValueError("a bug")
+
+    caplog.set_level(logging.ERROR, "gateway.http")
+    async with serving(raising) as url:
+        raw = await Raw.connect(url)
+        await raw.stream.send_all(get("/x%0D%0A2026-01-01%20ERROR%20forged:%20line"))
+        with trio.fail_after(5):
+            status, _, _ = await raw.response()
+        assert status == 500
+        await raw.aclose()
+    [record] = [r for r in caplog.records if "unhandled error in the app" in r.getMessage()]
+    assert "\n" not in record.getMessage() and "\r" not in record.getMessage()
+    assert "%0D%0A" in record.getMessage()
+
+
 async def test_a_failure_in_the_server_itself_ends_that_connection_only(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
