@@ -4,10 +4,11 @@ what the chat route already does with the same body (decode the fields it needs,
 
     python -m bench.json_utf8_cost [N]
 
-Four bodies: a typical chat request (about 1.6 KB) and a long one (about 100 KB), each all
-ASCII and with one non-ASCII character (the check's two paths). Prints the best of five runs of
-N (default 20,000) calls, in µs each, and the check's share of the route's body work (which
-runs it twice: both steps go through protocol/decoding.decode_json). The whole request, HTTP
+Six bodies: a typical chat request (about 1.6 KB) and a long one (about 100 KB), each all
+ASCII, with one non-ASCII character (the check's two paths), and in Japanese (every character
+non-ASCII: the decode's worst case). Prints the best of five runs of N (default 20,000) calls,
+in µs each, and the check's share of the route's body work (which runs it once: the rewrite
+decodes the same body again without checking it twice). The whole request, HTTP
 and the provider's answer included, costs far more: `gateway bench compare` measures that.
 """
 
@@ -23,12 +24,15 @@ from protocol.decoding import require_utf8
 from protocol.openai_chat import parse_chat_request, rewrite_request
 
 _TEXT = "Explain the difference between a process and a thread, with examples. " * 3
-_MESSAGE = {"role": "user", "content": _TEXT}
+_JAPANESE = "プロセスとスレッドの違いを例を挙げて説明してください。" * 4
+_KINDS = ("ASCII", "non-ASCII", "Japanese")
 
 
-def _body(messages: int, accent: bool) -> bytes:
-    body = msgspec.json.encode({"model": "small", "messages": [_MESSAGE] * messages})
-    return body.replace(b"examples", "exämples".encode(), 1) if accent else body
+def _body(messages: int, kind: str) -> bytes:
+    text = _JAPANESE if kind == "Japanese" else _TEXT
+    message = {"role": "user", "content": text}
+    body = msgspec.json.encode({"model": "small", "messages": [message] * messages})
+    return body.replace(b"examples", "exämples".encode(), 1) if kind == "non-ASCII" else body
 
 
 def _best_us(work: Callable[[], object], n: int) -> float:
@@ -42,10 +46,10 @@ def _best_us(work: Callable[[], object], n: int) -> float:
 
 
 def main(n: int) -> None:
-    print(f"{'body':<24}{'bytes':>8}{'check µs':>10}{'parse+rewrite µs':>18}{'share':>8}")
+    print(f"{'body':<26}{'bytes':>8}{'check µs':>10}{'parse+rewrite µs':>18}{'share':>8}")
     for label, messages in (("typical chat", 7), ("long chat", 420)):
-        for accent in (False, True):
-            body = _body(messages, accent)
+        for kind in _KINDS:
+            body = _body(messages, kind)
             runs = n if len(body) < 10_000 else max(n // 50, 100)
 
             def check_only(body: bytes = body) -> None:
@@ -57,8 +61,8 @@ def main(n: int) -> None:
 
             check = _best_us(check_only, runs)
             total = _best_us(route, runs)
-            name = f"{label}, {'non-ASCII' if accent else 'ASCII'}"
-            print(f"{name:<24}{len(body):>8}{check:>10.3f}{total:>18.2f}{check / total:>8.1%}")
+            name = f"{label}, {kind}"
+            print(f"{name:<26}{len(body):>8}{check:>10.3f}{total:>18.2f}{check / total:>8.1%}")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,14 @@ _NO_CONTROLS = f"Expected `str` matching regex {NO_CONTROLS!r}"
 _FIELD = re.compile(r"field `(?P<name>[^`]+)`")
 
 
-def decode_json(body: bytes, type: type[T]) -> T:
-    """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`)."""
+def decode_json(body: bytes, type: type[T], *, utf8_checked: bool = False) -> T:
+    """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`).
+    `utf8_checked`: this very body already passed here once (a second decoding of it, as the
+    chat route's rewrite), so its UTF-8 check is not run twice."""
     if not body.strip():
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
-    require_utf8(body)
+    if not utf8_checked:
+        require_utf8(body)
     try:
         return msgspec.json.decode(body, type=type)
     except msgspec.ValidationError as exc:

@@ -72,8 +72,9 @@ def parse_chat_request(body: bytes) -> ChatRequest:
 def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> bytes:
     """`body` with the top-level `model` replaced, `metadata.idempotency_key` removed (the
     gateway's own), and, if asked and the request streams, `stream_options.include_usage` set
-    (other `stream_options` fields kept)."""
-    fields = decode_json(body, dict[str, msgspec.Raw])
+    (other `stream_options` fields kept). The caller decoded `body` with `decode_json` first
+    (its fields, and its UTF-8 check, which is not run again)."""
+    fields = decode_json(body, dict[str, msgspec.Raw], utf8_checked=True)
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
     stream = fields.get("stream")
     if force_include_usage and stream is not None and bytes(stream) == b"true":
