@@ -31,10 +31,6 @@ class OperatorKeys:
     def __repr__(self) -> str:
         return f"<OperatorKeys configured={len(self._digests)}>"
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._digests)
-
     def match(self, token: str) -> str | None:
         """The fingerprint of the configured key `token` is, or None; constant time."""
         presented = _digest(token)

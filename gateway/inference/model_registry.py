@@ -33,13 +33,15 @@ class ResolvedModel:
         return (self.id, *self.aliases)
 
 
+def may_use(names: tuple[str, ...], allowed_models: tuple[str, ...] | None) -> bool:
+    """Whether a key limited to `allowed_models` (None: any model) may use a model known by
+    `names` (any one of them listed is enough)."""
+    return allowed_models is None or any(name in allowed_models for name in names)
+
+
 def require_allowed(model: ResolvedModel, allowed_models: tuple[str, ...] | None) -> None:
-    """APIError 403 `model_not_allowed` (param `model`) unless a key limited to
-    `allowed_models` (None: any model) may use `model` under one of its names."""
-    if allowed_models is None:
-        return
-    names = model.names()
-    if not any(name in allowed_models for name in names):
+    """APIError 403 `model_not_allowed` (param `model`) unless `may_use`."""
+    if not may_use(model.names(), allowed_models):
         raise APIError(
             403,
             f"This key may not use the model {model.id!r}.",

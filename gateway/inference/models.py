@@ -10,7 +10,7 @@ import msgspec
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.fine_tuned import FT_PREFIX, plausible_name
-from gateway.inference.model_registry import ResolvedModel, model_not_found
+from gateway.inference.model_registry import ResolvedModel, may_use, model_not_found
 from gateway.web.request import Request
 from storage.fine_tuned_models import FineTunedModel
 
@@ -30,7 +30,7 @@ class ModelList(msgspec.Struct):
 def _allowed(call: Call, model: ResolvedModel | FineTunedModel) -> bool:
     key = call.principal.key
     names = model.names() if isinstance(model, ResolvedModel) else (model.id,)
-    return key is None or key.allowed_models is None or bool(set(names) & set(key.allowed_models))
+    return key is None or may_use(names, key.allowed_models)
 
 
 def _fine_tuned_object(model: FineTunedModel) -> ModelObject:

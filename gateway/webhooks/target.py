@@ -45,8 +45,9 @@ def _refused(why: str) -> APIError:
 
 def _port_refused(port: int) -> APIError:
     return invalid_request(
-        f"`url` names port {port}: webhooks are delivered to port 443 only, unless an operator"
-        " allows others with [webhooks] allowed_ports.",
+        f"`url` names port {port}: webhooks are delivered to the scheme's own port (443 for"
+        " https, 80 for http) only, unless an operator allows others with"
+        " [webhooks] allowed_ports.",
         param="url",
         code="webhook_url_not_allowed",
     )
