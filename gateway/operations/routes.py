@@ -44,22 +44,15 @@ class Worker:
 ALONE = Worker()  # one process: no --workers
 
 
-class ActorTree(msgspec.Struct, frozen=True):
-    """The supervision tree of the process that answered: which process, then the root
-    supervisor's node (the same fields as every node in `children`)."""
+@dataclass(frozen=True, kw_only=True)
+class ActorTree(ActorSnapshot):
+    """The supervision tree of the process that answered: the root supervisor's node, and
+    which process that is."""
 
     pid: int
     worker: int  # 0 to workers - 1
     workers: int
     hostname: str
-    name: str
-    kind: str
-    state: str
-    restarts: int
-    inbox_depth: int
-    last_error: str | None
-    statistics: dict[str, object]
-    children: tuple[ActorSnapshot, ...]
 
 
 def routes(
@@ -125,18 +118,11 @@ def routes(
         root = supervisor.snapshot()
         return json_response(
             ActorTree(
+                **vars(root),
                 pid=os.getpid(),
                 worker=worker.index,
                 workers=worker.count,
                 hostname=hostname,
-                name=root.name,
-                kind=root.kind,
-                state=root.state,
-                restarts=root.restarts,
-                inbox_depth=root.inbox_depth,
-                last_error=root.last_error,
-                statistics=root.statistics,
-                children=root.children,
             )
         )
 
