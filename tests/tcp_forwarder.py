@@ -1,6 +1,12 @@
 """A loopback TCP forwarder that a test can cut, to make a real outage of a server (the
-database) without stopping it: `cut()` closes the listening socket (new connections are
-refused) and resets every open connection; `restore()` listens on the same port again."""
+database, Redis) without stopping it.
+
+- `cut()` closes the listening socket (new connections are refused) and resets every open
+  connection, as a crashed host would; `restore()` listens on the same port again.
+- `blackhole()` is a partition: connections stay open and new ones are accepted, but no byte
+  moves in either direction; `heal()` lets the held bytes through, late, as TCP would deliver
+  them once a partition ends (a request sent during the partition then runs after its client
+  gave up on it)."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ class Forwarder:
         self._serving: trio.CancelScope | None = None
         self.port = 0
         self.connections = 0
+        self._flowing = trio.Event()
+        self._flowing.set()
 
     async def listen(self) -> None:
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
@@ -45,6 +53,7 @@ class Forwarder:
 
     async def _pipe_pair(self, client: trio.SocketStream) -> None:
         self.connections += 1
+        await self._flowing.wait()
         try:
             server = await trio.open_tcp_stream(*self._target)
         except OSError:
@@ -53,8 +62,8 @@ class Forwarder:
         self._streams |= {client, server}
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_pipe, client, server, nursery.cancel_scope)
-                nursery.start_soon(_pipe, server, client, nursery.cancel_scope)
+                nursery.start_soon(self._pipe, client, server, nursery.cancel_scope)
+                nursery.start_soon(self._pipe, server, client, nursery.cancel_scope)
         finally:
             self._streams -= {client, server}
             for stream in (client, server):
@@ -78,19 +87,34 @@ class Forwarder:
     async def restore(self) -> None:
         await self.listen()
 
+    def blackhole(self) -> None:
+        """Stop moving bytes (a partition): nothing is refused or reset, nothing arrives."""
+        if self._flowing.is_set():
+            self._flowing = trio.Event()
+
+    def heal(self) -> None:
+        """End the partition: what was held back is delivered now."""
+        self._flowing.set()
+
+    async def _pipe(
+        self, source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope
+    ) -> None:
+        try:
+            while True:
+                await self._flowing.wait()
+                data = await source.receive_some(65536)
+                if not data:
+                    break
+                await self._flowing.wait()
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        done.cancel()
+
     async def aclose(self) -> None:
         if self._listener is not None:
             await self._listener.aclose()
             self._listener = None
-
-
-async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
-    try:
-        while data := await source.receive_some(65536):
-            await sink.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-    done.cancel()
 
 
 @asynccontextmanager
