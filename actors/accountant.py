@@ -317,6 +317,12 @@ class Accountant(Actor):
                 for label in _labels(charge.created_at):
                     key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
         if charge is not None:
+            if self._shared is not None:  # admitted on this view: Redis must count it too
+                self._shared_queue.append(
+                    Settlement(
+                        reservation.org_id, reservation.key_id, 0, charge.micros, charge.created_at
+                    )
+                )
             self._queue_charge(charge)
 
     def _queue_charge(self, charge: UsageCharge) -> None:
@@ -330,6 +336,10 @@ class Accountant(Actor):
         view = self._views.get(reservation.org_id)
         if view is not None:
             view.pending += charged  # for this instance's own reads (GET /v1/credits)
+        key_view = self._keys.get(reservation.key_id) if reservation.key_id else None
+        if key_view is not None and charge is not None:  # as `_flushed_keys` takes it off
+            for label in _labels(charge.created_at):
+                key_view.pending[label] = key_view.pending.get(label, 0) + charged
         self._shared_queue.append(
             Settlement(
                 org_id=reservation.org_id,
@@ -352,9 +362,9 @@ class Accountant(Actor):
             if self._shared is not None:
                 try:
                     await self._shared.credit(org_id, micros)
-                except RedisUnavailable as exc:  # Redis keeps a lower balance: only stricter
+                except RedisUnavailable as exc:  # lower until reconciled: only stricter
                     log.warning(
-                        "could not add a credit of %s to the shared balance: %s", org_id, exc
+                        "could not add a credit of %s to the shared balance yet: %s", org_id, exc
                     )
             view = self._views.get(org_id)
             if view is not None:
@@ -493,12 +503,18 @@ class Accountant(Actor):
 
     async def flush(self) -> None:
         """Write everything queued so far in one transaction. On failure the batch stays
-        queued (in order) and is retried on the next flush."""
+        queued (in order) and is retried on the next flush. Then, with Redis, count the
+        written charges and release their holds there (after the database has them: a value
+        read from it meanwhile can only count a charge twice, never miss it)."""
+        await self._flush_shared(await self._flush_usage())
+
+    async def _flush_usage(self) -> list[Settlement]:
+        """The usage write; returns the Redis settlements whose charges are now stored."""
         async with self._lock:
-            await self._flush_shared()
+            shared, self._shared_queue = self._shared_queue, []
             queue = self._queue
             if not queue.charges:
-                return
+                return shared
             batch, retry = queue.charges, queue.retry
             self._queue = _Queue()
             written = False
@@ -507,11 +523,12 @@ class Accountant(Actor):
                 written = True
             except Exception:
                 log.exception("writing %d usage rows failed; retrying", len(batch))
-                return
+                return []
             finally:
                 if not written:  # failed, or cut off by _FLUSH_LIMIT_S: outcome unknown
                     self.stats.flush_failures += 1
                     self._queue = _Queue(batch + self._queue.charges, retry=True)
+                    self._shared_queue = shared + self._shared_queue
             self.stats.flushes += 1
             self.stats.rows_written += len(batch)
             flushed: dict[str, int] = {}
@@ -527,18 +544,18 @@ class Accountant(Actor):
                     view.balance = settled.balances[org_id]
                     self._check_replenish(org_id, view)
             self._flushed_keys(batch, settled.key_spend)
+            return shared
 
-    async def _flush_shared(self) -> None:
-        if self._shared is None or not self._shared_queue:
+    async def _flush_shared(self, batch: list[Settlement]) -> None:
+        """Also how this instance reconciles with Redis after a failure (actors/shared_holds.py)."""
+        if self._shared is None:
             return
-        batch, self._shared_queue = self._shared_queue, []
         try:
             await self._shared.settle(batch)
         except RedisUnavailable as exc:
-            # Not applied: the holds stay (stricter, never looser) and are retried.
+            # Kept by SharedHolds and sent again; the holds stay (stricter, never looser).
             self.stats.flush_failures += 1
-            log.warning("settling %d holds in Redis failed: %s; retrying", len(batch), exc)
-            self._shared_queue = batch + self._shared_queue
+            shared_outage(exc)
 
     # -- auto-replenish ------------------------------------------------------------------
 

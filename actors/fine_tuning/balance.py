@@ -26,9 +26,12 @@ def balance_notifier(accountant: Accountant, shared: SharedHolds | None) -> Bala
             return
         try:
             await shared.credit(job.org_id, micros)
-            if job.key_id is not None:
+        except RedisUnavailable as exc:  # kept, and reconciled once Redis answers
+            log.warning("could not adjust the shared balance of %s yet: %s", job.org_id, exc)
+        if job.key_id is not None:
+            try:
                 await shared.add_spend(job.key_id, -micros, job.created_at)
-        except RedisUnavailable as exc:  # re-read from the database when it expires
-            log.warning("could not adjust the shared balance of %s: %s", job.org_id, exc)
+            except RedisUnavailable as exc:
+                log.warning("could not adjust the shared spend of %s yet: %s", job.key_id, exc)
 
     return changed
