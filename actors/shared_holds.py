@@ -68,8 +68,8 @@ _MS = 1000
 #          {3, available} balance; {4, 0} missing state; {5, 0} stale epoch (reconcile first).
 _RESERVE_LUA = """
 local micros = tonumber(ARGV[1])
-local epoch = redis.call('HGET', KEYS[2], 'epoch')
-if tonumber(epoch or '0') ~= tonumber(ARGV[12]) then return {5, 0} end
+local epoch = redis.call('HGET', KEYS[2], 'epoch')  -- none: Redis lost this instance's state
+if not epoch or tonumber(epoch) ~= tonumber(ARGV[12]) then return {5, 0} end
 local oldest = tonumber(redis.call('TIME')[1]) - tonumber(ARGV[2])  -- Redis's clock, as heartbeats
 local function held(key)
   local fields = redis.call('HGETALL', key)
@@ -167,13 +167,15 @@ return tonumber(redis.call('HGET', KEYS[1], 'applied') or '0')
 """.replace("$REGISTER_TTL_MS", str(REGISTER_TTL_MS))
 
 # KEYS: instances, register. ARGV: instance, live_s, prune_s. Beats with Redis's clock (a late
-# heartbeat cannot move it back); replies 1 when the previous beat was missing or too old
-# (this instance's holds stopped counting, and may have been deleted).
+# heartbeat cannot move it back) and makes sure the register exists (reservations need it);
+# replies 1 when the previous beat was missing or too old (this instance's holds stopped
+# counting and may have been deleted, or Redis lost its data).
 _HEARTBEAT_LUA = """
 local now = tonumber(redis.call('TIME')[1])
 local prev = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], 'GT', now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+redis.call('HSETNX', KEYS[2], 'epoch', 0)
 redis.call('PEXPIRE', KEYS[2], $REGISTER_TTL_MS)
 if prev and tonumber(prev) >= now - tonumber(ARGV[2]) then return 0 end
 return 1
@@ -435,14 +437,16 @@ class SharedHolds:
 
     async def _reconcile(self) -> None:
         """Make Redis agree with this instance before trusting it again: no reservation in
-        flight (they fail fast meanwhile), the batch of unknown outcome fenced (and owed again
-        unless it ran), then one batch with everything owed, this instance's holds as they
-        are, and a new epoch (a reservation sent before can no longer hold anything)."""
+        flight (they fail fast meanwhile), a fresh heartbeat, the batch of unknown outcome
+        fenced (and owed again unless it ran), then one batch with everything owed, this
+        instance's holds as they are, and a new epoch (a reservation sent before can no
+        longer hold anything)."""
         self.trusted = False
         with trio.move_on_after(self._timeout_s):  # reservations are bounded by it too
             await self._idle.wait()
         if self._reserving:
             raise RedisUnavailable("reservations still waiting for Redis")
+        await self.heartbeat()  # the holds about to be posted must count
         if self._unknown is not None:
             seq, ops = self._unknown
             with redis_call(self._timeout_s):

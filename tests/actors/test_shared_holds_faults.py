@@ -278,3 +278,18 @@ async def test_an_instance_whose_heartbeat_lapsed_posts_its_holds_again(
         d.one.settle(mine, usage_charge(d.org, 60))
         await d.one.flush()
         assert await d.value(f"bal:{d.org}") == 40
+
+
+async def test_after_redis_lost_its_data_holds_are_posted_again(storage: Storage) -> None:
+    async with drill(storage, balance=100) as d:
+        await d.one.reserve(d.org, 10)
+        await d.one.flush()  # reconciled once (epoch 1)
+        mine = await d.one.reserve(d.org, 50)
+        assert mine.shared
+        keys = [key async for key in d.redis.scan_iter(match=f"{d.prefix}*")]
+        await d.redis.delete(keys)  # Redis restarted without its data
+        assert not (await d.one.reserve(d.org, 1)).shared  # noticed: its own view meanwhile
+        await d.one.flush()  # reconciles: its holds (60) are posted again
+        assert (await d.holds(f"held:{d.org}")) == {d.shared[0].instance: 60}
+        with pytest.raises(InsufficientCredits):
+            await d.two.reserve(d.org, 41)  # the balance was read again: 100 - 60 = 40
