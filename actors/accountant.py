@@ -104,6 +104,7 @@ class Reservation:
     micros: int
     key_id: str | None = None  # set when a capped key's view holds part of it
     shared: bool = False  # held in Redis (SharedHolds), settled there at the next flush
+    here: int | None = None  # with Redis, held on this view meanwhile (SharedHolds.hold_here)
     open: bool = True
 
 
@@ -223,7 +224,10 @@ class Accountant(Actor):
         key_view = None
         if budget is not None and budget.capped:
             key_view = await self._key_view(budget.key_id)
-        return self._hold(view, key_view, org_id, micros, budget)
+        reservation = self._hold(view, key_view, org_id, micros, budget)
+        if self._shared is not None:  # posted to Redis if still held when it is back
+            reservation.here = self._shared.hold_here(org_id, reservation.key_id, micros)
+        return reservation
 
     def _hold(
         self,
@@ -316,13 +320,18 @@ class Accountant(Actor):
             if charge is not None:
                 for label in _labels(charge.created_at):
                     key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
-        if charge is not None:
-            if self._shared is not None:  # admitted on this view: Redis must count it too
-                self._shared_queue.append(
-                    Settlement(
-                        reservation.org_id, reservation.key_id, 0, charge.micros, charge.created_at
-                    )
+        if reservation.here is not None:  # admitted on this view: Redis must count it too
+            self._shared_queue.append(
+                Settlement(
+                    reservation.org_id,
+                    reservation.key_id,
+                    reservation.micros,
+                    0 if charge is None else charge.micros,
+                    now_us() if charge is None else charge.created_at,
+                    here=reservation.here,
                 )
+            )
+        if charge is not None:
             self._queue_charge(charge)
 
     def _queue_charge(self, charge: UsageCharge) -> None:

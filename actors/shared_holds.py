@@ -195,9 +195,10 @@ class Refusal:
 class Settlement:
     org_id: str
     key_id: str | None  # set when the key's budget held part of it (or counts the charge)
-    held: int  # 0: admitted on this instance's own view (Redis held nothing)
+    held: int
     charged: int
     created_at: int
+    here: int | None = None  # held on the instance's own view: `SharedHolds.hold_here`'s answer
 
 
 StoredReader = Callable[[], Awaitable[int]]
@@ -226,6 +227,8 @@ class SharedHolds:
         # (per hash key), for reconciling; and the epoch its reservations carry.
         self._holds: dict[str, int] = defaultdict(int)
         self._epoch = 0
+        self._snapshots = 0  # of `_holds`, taken by reconciliations
+        self._posted = 0  # the last snapshot Redis has
         self.trusted = True  # False after a failure, until reconciled
         self._reserving = 0
         self._idle = trio.Event()
@@ -366,9 +369,12 @@ class SharedHolds:
         p = self._p
         for s in settlements:
             self._owe("c", f"{p}bal:{s.org_id}", s.charged)
-            self._release(f"{p}held:{s.org_id}", s.held)
+            # A hold taken on the instance's own view is in Redis only if a reconciliation
+            # posted it (a snapshot taken after it); otherwise it is only forgotten here.
+            posted = s.here is None or s.here < self._posted
+            self._release(f"{p}held:{s.org_id}", s.held, posted)
             if s.key_id is not None:
-                self._release(f"{p}kheld:{s.key_id}", s.held)
+                self._release(f"{p}kheld:{s.key_id}", s.held, posted)
                 for period in (day_of(s.created_at), month_of(s.created_at)):
                     self._owe("s", f"{p}spend:{s.key_id}:{period.label}", s.charged)
         await self.sync()
@@ -393,10 +399,20 @@ class SharedHolds:
         if micros:
             self._owed[(op, key)] += micros
 
-    def _release(self, key: str, micros: int) -> None:
+    def _release(self, key: str, micros: int, posted: bool) -> None:
         if micros:
             self._holds[key] -= micros
-            self._owed[("h", key)] += micros
+            if posted:
+                self._owed[("h", key)] += micros
+
+    def hold_here(self, org_id: str, key_id: str | None, micros: int) -> int:
+        """A reservation admitted on this instance's own view while Redis was unavailable: it
+        counts in the holds the next reconciliation posts (so a request still in flight then
+        is held in Redis too). Returns what its Settlement carries as `here`."""
+        self._holds[f"{self._p}held:{org_id}"] += micros
+        if key_id is not None:
+            self._holds[f"{self._p}kheld:{key_id}"] += micros
+        return self._snapshots
 
     async def sync(self) -> None:
         """Send what is owed; after a failure, reconcile first. RedisUnavailable if Redis
@@ -462,8 +478,11 @@ class SharedHolds:
                 batch[(_LOOSER.get(op, op), key)] += micros
         for key, micros in self._holds.items():
             batch[("H", key)] = micros
+        self._snapshots += 1
+        snapshot = self._snapshots
         self._epoch += 1
         await self._send(dict(batch), epoch=self._epoch)
+        self._posted = snapshot
         self.trusted = True
 
 

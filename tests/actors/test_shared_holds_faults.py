@@ -283,13 +283,50 @@ async def test_an_instance_whose_heartbeat_lapsed_posts_its_holds_again(
 async def test_after_redis_lost_its_data_holds_are_posted_again(storage: Storage) -> None:
     async with drill(storage, balance=100) as d:
         await d.one.reserve(d.org, 10)
-        await d.one.flush()  # reconciled once (epoch 1)
         mine = await d.one.reserve(d.org, 50)
         assert mine.shared
         keys = [key async for key in d.redis.scan_iter(match=f"{d.prefix}*")]
         await d.redis.delete(keys)  # Redis restarted without its data
         assert not (await d.one.reserve(d.org, 1)).shared  # noticed: its own view meanwhile
-        await d.one.flush()  # reconciles: its holds (60) are posted again
-        assert (await d.holds(f"held:{d.org}")) == {d.shared[0].instance: 60}
+        await d.one.flush()  # reconciles: its holds (10 + 50 + 1) are posted again
+        assert (await d.holds(f"held:{d.org}")) == {d.shared[0].instance: 61}
         with pytest.raises(InsufficientCredits):
-            await d.two.reserve(d.org, 41)  # the balance was read again: 100 - 60 = 40
+            await d.two.reserve(d.org, 40)  # the balance was read again: 100 - 61 = 39
+
+
+async def test_a_request_admitted_during_the_outage_and_still_running_is_held_after_it(
+    storage: Storage,
+) -> None:
+    async with drill(storage, balance=100) as d:
+        await d.one.reserve(d.org, 10)  # connected
+        await d.forwarder.cut()
+        running = await d.one.reserve(d.org, 60)  # a long stream, admitted on its own view
+        assert not running.shared
+        await d.forwarder.restore()
+        await d.one.flush()  # reconciles: both of its holds are posted
+        assert await d.holds(f"held:{d.org}") == {d.shared[0].instance: 70}
+        with pytest.raises(InsufficientCredits):
+            await d.two.reserve(d.org, 31)  # 100 - 70
+        d.one.settle(running, usage_charge(d.org, 60))
+        await d.one.flush()
+        assert await d.holds(f"held:{d.org}") == {d.shared[0].instance: 10}
+        assert await d.value(f"bal:{d.org}") == 40
+
+
+async def test_a_request_admitted_and_ended_during_the_outage_releases_nothing(
+    storage: Storage,
+) -> None:
+    async with drill(storage, balance=100) as d:
+        kept = await d.one.reserve(d.org, 10)
+        await d.forwarder.cut()
+        brief = await d.one.reserve(d.org, 60)
+        d.one.settle(brief, usage_charge(d.org, 50))
+        await d.one.flush()  # written; Redis still away
+        await d.forwarder.restore()
+        await d.one.flush()
+        assert await d.holds(f"held:{d.org}") == {d.shared[0].instance: 10}
+        assert await d.value(f"bal:{d.org}") == 50
+        d.one.settle(kept, None)
+        await d.one.flush()
+        assert await d.holds(f"held:{d.org}") == {}
+        assert await d.value(f"bal:{d.org}") == 50 == await d.storage.ledger.sum_rows(d.org)
