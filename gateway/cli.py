@@ -18,6 +18,7 @@ from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.config.master_key import MasterKeyError, load_master_key
 from gateway.keyring.command import rotate_command
 from gateway.logs import setup_logging
+from gateway.provider_keys.gateway_key import describe, warn_missing
 from gateway.runtime import credential_hasher
 from protocol.billing import ADJUSTMENT
 from protocol.credentials import CredentialKind
@@ -152,7 +153,8 @@ def _serve(config: Config) -> int:
     from gateway.server.serve import serve
 
     first_key = trio.run(_prepare_serving, config)
-    providers = ", ".join(f"{p.name} ({p.kind})" for p in config.providers) or "none configured"
+    providers = ", ".join(describe(p) for p in config.providers) or "none configured"
+    warn_missing(config.providers)
 
     def announce(urls: list[str]) -> None:
         for url in urls:
