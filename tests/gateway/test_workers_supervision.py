@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.gateway.test_cli import BOOTSTRAP, _env, _gateway, _start
+from tests.gateway.test_cli import BOOTSTRAP, _env, _gateway, _run, _start
 from tests.gateway.test_metrics_workers import drain
 from tests.waiting import wait_until, wait_until_async
 
@@ -144,3 +144,18 @@ async def test_sigint_to_the_parent_stops_every_worker(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
+    """A worker that dies before it ever served (here: the S3 store it must reach at start is
+    not there) is not restarted in a loop: the parent stops and exits 1, saying why."""
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[files]\nstore = "s3"\ns3_bucket = "nowhere"\ns3_endpoint_url = "http://127.0.0.1:1"\n'
+        's3_region = "us-east-1"\n'
+    )
+    env = _env(tmp_path, PYTHONPATH=str(ROOT), AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y")
+    result = await _run(_gateway("serve", "--workers", "2", "--config", str(config)), env, tmp_path)
+    assert result.returncode == 1
+    assert b"gateway listening on" not in result.stdout
+    assert b"before it served: stopping" in result.stderr
