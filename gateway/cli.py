@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
+from typing import Any
 
 import trio
 
@@ -18,6 +19,8 @@ from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.config.master_key import MasterKeyError, load_master_key
 from gateway.keyring.command import rotate_command
 from gateway.logs import setup_logging
+from gateway.management_keys import management_keys_command
+from gateway.provider_keys.gateway_key import describe, warn_missing
 from gateway.runtime import credential_hasher
 from protocol.billing import ADJUSTMENT
 from protocol.credentials import CredentialKind
@@ -58,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     grant.add_argument("amount_usd", type=_usd_amount)
     grant.add_argument("--note", default="Credit granted by an operator")
     grant.add_argument("--config")
+    _management_keys_parser(admin_commands)
     rotate = admin_commands.add_parser(
         "rotate-master-key",
         help="re-seal every stored secret under a new master key (GATEWAY_NEW_MASTER_KEY or"
@@ -65,6 +69,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     rotate.add_argument("--config")
     return parser
+
+
+def _management_keys_parser(admin_commands: Any) -> None:
+    mk = admin_commands.add_parser(
+        "management-keys", help="an organization's management keys: create, list, revoke"
+    )
+    mk_commands = mk.add_subparsers(dest="mk_command", required=True)
+    create = mk_commands.add_parser("create", help="add a management key and print it once")
+    listing = mk_commands.add_parser("list", help="id, prefix, created, last used, status")
+    revoke = mk_commands.add_parser("revoke", help="revoke a key: it stops working at once")
+    for command in (create, listing, revoke):
+        command.add_argument("org", help="the organization's name or id")
+    revoke.add_argument("key_id", help="the key's id (mk_...), as `list` shows it")
+    for command in (create, listing, revoke):
+        command.add_argument("--config")
 
 
 def _usd_amount(text: str) -> Decimal:
@@ -111,7 +130,7 @@ async def _create_org(config: Config, name: str, plan: str) -> int:
             print(f"gateway: an organization named {name!r} already exists", file=sys.stderr)
             return 1
         credential = hasher.generate(CredentialKind.MANAGEMENT)
-        await storage.orgs.add_management_key(org.id, credential)
+        await storage.orgs.add_management_key(org.id, credential, origin="create_org")
     print(f"organization {org.name} ({org.id}, plan {org.plan})")
     print(f"management key (shown once): {credential.value}")
     return 0
@@ -152,7 +171,8 @@ def _serve(config: Config) -> int:
     from gateway.server.serve import serve
 
     first_key = trio.run(_prepare_serving, config)
-    providers = ", ".join(f"{p.name} ({p.kind})" for p in config.providers) or "none configured"
+    providers = ", ".join(describe(p) for p in config.providers) or "none configured"
+    warn_missing(config.providers)
 
     def announce(urls: list[str]) -> None:
         for url in urls:
@@ -185,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(_create_org, config, args.name, args.plan)
         if args.command == "admin" and args.admin_command == "grant-credits":
             return trio.run(_grant_credits, config, args.org, args.amount_usd, args.note)
+        if args.command == "admin" and args.admin_command == "management-keys":
+            return trio.run(management_keys_command, config, args)
         if args.command == "admin" and args.admin_command == "rotate-master-key":
             return trio.run(rotate_command, config, os.environ)
     except Exception as exc:

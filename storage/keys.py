@@ -237,13 +237,15 @@ class KeyRepository:
         return True
 
     async def record_last_used(self, last_used: Mapping[str, int]) -> None:
-        """Write a batch of `key id -> last use` in one transaction; never moves a time back."""
+        """Write a batch of `key id -> last use` in one transaction; never moves a time back.
+        Management keys' ids (`mk_...`) are written to their own table."""
         if not last_used:
             return
         async with self._db.transaction() as tx:
             for key_id, when in sorted(last_used.items()):
+                table = "management_keys" if key_id.startswith("mk_") else "api_keys"
                 await tx.execute(
-                    "UPDATE api_keys SET last_used_at = :when WHERE id = :id"
+                    f"UPDATE {table} SET last_used_at = :when WHERE id = :id"
                     " AND (last_used_at IS NULL OR last_used_at < :when)",
                     {"id": key_id, "when": when},
                 )

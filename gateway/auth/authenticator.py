@@ -82,15 +82,16 @@ class Authenticator:
         if entry.revoked:
             raise unauthenticated("This API key has been revoked.", code="key_revoked")
         key = principal.key
+        wall = now_us()
         if key is not None:
             if not key.is_active:
                 raise unauthenticated("This API key is disabled.", code="key_disabled")
-            wall = now_us()
             if key.expires_at is not None and key.expires_at <= wall:
                 raise unauthenticated("This API key has expired.", code="key_expired")
-            if now - self._last_noted.get(key.id, -_NOTE_EVERY_S) >= _NOTE_EVERY_S:
-                self._last_noted[key.id] = now
-                self._note_use(key.id, wall)
+        # Secret and management keys alike (`gateway admin management-keys list` shows it).
+        if now - self._last_noted.get(principal.key_id, -_NOTE_EVERY_S) >= _NOTE_EVERY_S:
+            self._last_noted[principal.key_id] = now
+            self._note_use(principal.key_id, wall)
         return principal
 
     async def _load(self, token: str, digest: str, now: float) -> _Entry:

@@ -217,6 +217,7 @@ def _parse_provider(table: _Table, environ: Mapping[str, str]) -> ProviderConfig
         kind=kind,
         base_url=base_url,
         api_key=api_key,
+        api_key_env=api_key_env,
         supports=None if supports is None else frozenset(supports),
         max_connections=table.get("max_connections", schema.parse_positive_int, d.max_connections),
         max_keepalive_connections=table.get(

@@ -145,6 +145,7 @@ class ProviderConfig:
     # A non-streamed answer is held whole: 64 MiB bounds that and still fits large embedding
     # batches (2,048 inputs x 1,536 float dims is ~40 MB of JSON). Streams are read per chunk.
     max_response_bytes: int = 64 * 1024 * 1024
+    api_key_env: str | None = None  # the variable named, kept to report it when unset
 
     def __repr__(self) -> str:
         return _safe_repr(self, masked=frozenset({"api_key"}))

@@ -20,6 +20,7 @@ from actors.accountant import BudgetExceeded, InsufficientCredits
 from gateway.auth.principal import Principal
 from gateway.fine_tuning.deps import FineTuningDeps
 from gateway.inference.model_registry import ResolvedModel, require_allowed
+from gateway.provider_keys.gateway_key import require_gateway_key
 from protocol import errors
 from protocol.billing import KeyBudget, fee_percent, period_name
 from protocol.fine_tuning.api import JobCreate
@@ -89,6 +90,8 @@ async def create_job(deps: FineTuningDeps, principal: Principal, body: JobCreate
         await _file(deps, org_id, body.validation_file, "validation_file", now)
     provider = model.provider.name
     byok = await deps.provider_keys.lookup(org_id, provider) is not None
+    if not byok:
+        require_gateway_key(model.provider)
     price = None if model.price is None else model.price.training_usd_per_mtok
     if price is None and not byok and deps.billing:
         raise errors.invalid_request(

@@ -19,6 +19,7 @@ from gateway.inference.model_registry import (
     model_not_found,
     require_price,
 )
+from gateway.provider_keys.gateway_key import require_gateway_key
 from protocol.billing import KeyBudget
 from protocol.errors import APIError, invalid_request
 
@@ -98,6 +99,7 @@ async def admit_model(
     call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
     price: ModelConfig | None = None
     if call.own_key is None:
+        require_gateway_key(model.provider)  # 503 when its api_key_env is not set
         field = UNIT_PRICE_FIELDS.get(capability)
         if field is None:
             price = require_price(model, output=capability in ("chat", "responses"))

@@ -20,6 +20,7 @@ from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, model_not_found
 from gateway.inference.upstream_errors import upstream_failure
+from gateway.provider_keys.gateway_key import require_gateway_key
 from gateway.web.request import Request
 from protocol.errors import APIError, forbidden
 
@@ -84,6 +85,8 @@ class DeleteModel:
             model.provider.supports is None or "fine_tuning" in model.provider.supports
         ):
             call.own_key = await deps.provider_keys.lookup(org_id, model.provider.name)
+            if call.own_key is None:
+                require_gateway_key(model.provider)
             client = deps.upstreams.get(model.provider.name)
             try:
                 await client.delete_json(

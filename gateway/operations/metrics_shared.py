@@ -44,6 +44,22 @@ def mark_dead(pid: int, path: Path) -> None:
     multiprocess.mark_process_dead(pid, str(path))  # type: ignore[no-untyped-call]
 
 
+def count_worker_start(*, restarted: bool, first: bool) -> None:
+    """Called by each worker as it starts. The parent of the workers serves no HTTP, so its
+    restarts are counted here, by the worker that replaces a dead one, in the shared files:
+    any worker's scrape shows `gateway_worker_restarts_total` summed over every process that
+    ever ran. The first worker writes a 0 so that the series exists before any restart."""
+    if not (restarted or first):
+        return
+    counter = Counter(
+        "gateway_worker_restarts",
+        "Workers of `gateway serve --workers N` restarted after they died.",
+        registry=None,
+    )
+    if restarted:
+        counter.inc()
+
+
 class SharedMetrics:
     def __init__(self, buckets: tuple[float, ...]) -> None:
         # Own registry: the default one would also export process and platform metrics.

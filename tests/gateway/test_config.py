@@ -181,6 +181,7 @@ def test_provider_example(tmp_path: Path) -> None:
             supports=frozenset(
                 {"chat", "embeddings", "audio", "images", "fine_tuning", "responses", "rerank"}
             ),
+            api_key_env="OPENAI_API_KEY",
         ),
     )
     (model,) = config.models
