@@ -2,6 +2,11 @@
 died (their row stopped moving), generated images whose URL expired (storage/images.py; they
 live in the same blob store), and the blob store's unfinished temporaries.
 
+At its start, before the first round, what an earlier run of this process's instance slot left
+(storage/instance_slot.py: that run is dead, so its uploads in progress and temporaries are
+leftovers) is removed at once and logged, rather than after the staleness rules' 10 minutes
+and an hour.
+
 Every `interval_s`, in batches. A file's row goes first (in one transaction with its quota
 charge), then its blob: a janitor that dies between the two leaves a blob whose data key is
 gone, unreadable. Several instances may run it at once: `FileRepository.remove` deletes a row
@@ -38,6 +43,7 @@ class FilesJanitor(Actor):
         batch: int = BATCH,
         name: str = "files-janitor",
         images: ImageRepository | None = None,
+        owner: str | None = None,
     ) -> None:
         self.name = name
         self._repo = repo
@@ -47,6 +53,9 @@ class FilesJanitor(Actor):
         self._stale_upload_us = round(stale_upload_s * 1_000_000)
         self._stale_temporary_s = stale_temporary_s
         self._batch = batch
+        self._owner = owner
+        self._started_us = now_us()
+        self.leftovers = 0
         self.expired = 0
         self.abandoned = 0
         self.temporaries = 0
@@ -55,6 +64,7 @@ class FilesJanitor(Actor):
 
     def statistics(self) -> dict[str, object]:
         return {
+            "leftovers": self.leftovers,
             "expired": self.expired,
             "abandoned_uploads": self.abandoned,
             "temporaries": self.temporaries,
@@ -64,6 +74,8 @@ class FilesJanitor(Actor):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        if self._owner is not None and not self.runs:  # not again on a restart of this actor
+            await self.remove_leftovers(self._owner)
         while True:
             await self.sweep_once()
             await trio.sleep(self._interval_s)
@@ -80,6 +92,28 @@ class FilesJanitor(Actor):
             self.expired_images += await self._drain_images(self._images, now)
         self.temporaries += await self._blobs.remove_stale(self._stale_temporary_s)
         self.runs += 1
+
+    async def remove_leftovers(self, owner: str) -> None:
+        """Uploads and temporaries `owner`'s earlier run left (begun before this actor)."""
+        before = self._started_us
+        keys: list[str] = []
+
+        async def fetch() -> list[FileRecord]:
+            batch = await self._repo.leftovers(owner=owner, before=before, limit=self._batch)
+            keys.extend(record.blob_key for record in batch)
+            return batch
+
+        uploads = await self._drain(fetch)
+        temporaries = await self._blobs.remove_unfinished(keys, started_before=before / 1e6)
+        self.leftovers += uploads
+        if uploads or temporaries:
+            log.warning(
+                "removed what this instance (%s) left unfinished when it last stopped:"
+                " %d uploads in progress, %d unfinished blob writes",
+                owner,
+                uploads,
+                temporaries,
+            )
 
     async def _drain(self, fetch: Callable[[], Awaitable[list[FileRecord]]]) -> int:
         """Remove batch after batch until one comes back short (or removes nothing)."""

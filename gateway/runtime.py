@@ -118,7 +118,9 @@ async def open_runtime(
             SecretBox.for_purpose(master_key, FILE_KEYS),
             lifetime_us=config.images.url_lifetime_s * 1_000_000,
         )
-        files_janitor = FilesJanitor(files.repo, files.blobs, images=storage.images)
+        files_janitor = FilesJanitor(
+            files.repo, files.blobs, images=storage.images, owner=files.owner
+        )
         # Wall time that moves with Trio's clock: a MockClock drives retention in tests.
         responses = ResponseStore(
             storage.responses, SecretBox.for_purpose(master_key, FILE_KEYS), WallClock().now_us

@@ -66,6 +66,7 @@ class NewUpload:
     blob_key: str
     data_key_sealed: str
     created_at: int
+    owner: str | None = None  # the instance slot that uploads it (storage/instance_slot.py)
 
 
 def _record(row: Row) -> FileRecord:
@@ -125,8 +126,8 @@ class FileRepository:
         async with self._db.transaction() as tx:
             reserve = await _charge(tx, new.org_id, reserve, need, quota)
             await tx.execute(
-                f"INSERT INTO files ({_COLUMNS}) VALUES (:id, :org_id, :purpose, :filename, 0, '',"
-                " :status, :blob_key, :sealed, :reserve, :now, :now, NULL)",
+                f"INSERT INTO files ({_COLUMNS}, owner) VALUES (:id, :org_id, :purpose, :filename,"
+                " 0, '', :status, :blob_key, :sealed, :reserve, :now, :now, NULL, :owner)",
                 {
                     "id": new.id,
                     "org_id": new.org_id,
@@ -137,6 +138,7 @@ class FileRepository:
                     "sealed": new.data_key_sealed,
                     "reserve": reserve,
                     "now": new.created_at,
+                    "owner": new.owner,
                 },
             )
         return reserve
@@ -320,6 +322,16 @@ class FileRepository:
             f"SELECT {_COLUMNS} FROM files WHERE status = :uploading AND updated_at < :before"
             " ORDER BY updated_at LIMIT :limit",
             {"uploading": UPLOADING, "before": before, "limit": limit},
+        )
+        return [_record(r) for r in rows]
+
+    async def leftovers(self, *, owner: str, before: int, limit: int) -> list[FileRecord]:
+        """Uploads `owner` began before `before` (its start): an earlier run of the same
+        instance slot, which is dead (storage/instance_slot.py), left them."""
+        rows = await self._db.fetch(
+            f"SELECT {_COLUMNS} FROM files WHERE status = :uploading AND owner = :owner"
+            " AND created_at < :before ORDER BY created_at LIMIT :limit",
+            {"uploading": UPLOADING, "owner": owner, "before": before, "limit": limit},
         )
         return [_record(r) for r in rows]
 

@@ -11,13 +11,15 @@ from gateway.files.store import FileStore
 from protocol.secretbox import FILE_KEYS, SecretBox
 from storage.blobs import BlobStore, LocalBlobStore, S3BlobStore, S3Settings
 from storage.files import FileRepository
+from storage.instance_slot import hold_slot
 
 __all__ = ["FileStore", "open_blob_store", "open_file_store"]
 
 
 @asynccontextmanager
-async def open_blob_store(config: Config) -> AsyncIterator[BlobStore]:
-    """`<data_dir>/blobs` for store = "local"; the S3 bucket (created if missing) for "s3"."""
+async def open_blob_store(config: Config, owner: str = "") -> AsyncIterator[BlobStore]:
+    """`<data_dir>/blobs` for store = "local"; the S3 bucket (created if missing) for "s3".
+    `owner` marks this process's temporaries (storage/instance_slot.py)."""
     files = config.files
     store: BlobStore
     if files.store == "s3":
@@ -33,7 +35,7 @@ async def open_blob_store(config: Config) -> AsyncIterator[BlobStore]:
             )
         )
     else:
-        store = LocalBlobStore(config.data_dir / "blobs")
+        store = LocalBlobStore(config.data_dir / "blobs", owner=owner)
     try:
         yield store
     finally:
@@ -44,11 +46,14 @@ async def open_blob_store(config: Config) -> AsyncIterator[BlobStore]:
 async def open_file_store(
     config: Config, repo: FileRepository, master_key: bytes
 ) -> AsyncIterator[FileStore]:
-    async with open_blob_store(config) as blobs:
-        yield FileStore(
-            repo,
-            blobs,
-            SecretBox.for_purpose(master_key, FILE_KEYS),
-            max_file_bytes=config.server.max_file_body_bytes,
-            max_vision_bytes=config.server.max_vision_body_bytes,
-        )
+    """The store, owning what this process leaves unfinished under its instance slot."""
+    with hold_slot(config.data_dir) as owner:
+        async with open_blob_store(config, owner) as blobs:
+            yield FileStore(
+                repo,
+                blobs,
+                SecretBox.for_purpose(master_key, FILE_KEYS),
+                max_file_bytes=config.server.max_file_body_bytes,
+                max_vision_bytes=config.server.max_vision_body_bytes,
+                owner=owner,
+            )

@@ -189,6 +189,7 @@ class Upload:
                 store.box, self._data_key, key_context(self._org_id, self.file_id)
             ),
             created_at=self._created_at,
+            owner=store.owner,
         )
         try:
             self._reserved = await store.repo.begin_upload(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 
 import trio
@@ -187,6 +187,13 @@ class BlobStore(abc.ABC):
     async def remove_stale(self, older_than_s: float) -> int:
         """Delete temporaries (unfinished writes) older than this, left by crashed processes;
         returns how many. Younger ones may belong to a write in progress elsewhere."""
+
+    @abc.abstractmethod
+    async def remove_unfinished(self, keys: Sequence[str], *, started_before: float) -> int:
+        """Delete what an earlier, dead run of this process's instance slot left unfinished
+        (storage/instance_slot.py), started before `started_before` (Unix seconds): the
+        temporaries it marked (a store that marks them) and unfinished writes to `keys` (the
+        blob keys of its leftover uploads). Returns how many."""
 
     @abc.abstractmethod
     def describe(self) -> str:

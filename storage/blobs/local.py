@@ -5,8 +5,9 @@ A write goes to a new file in `<root>/.tmp/` (same filesystem, so the final rena
 is fsynced, renamed onto `<root>/<key>` and the directory entry fsynced: a reader sees the
 whole object or none. Abort (and cancellation, through the writer's `async with`) unlinks the
 temporary; a crash leaves one in `.tmp/`, unreachable by any key (segments start with a letter
-or digit), for `remove_stale()`. Blocking calls run in Trio's worker threads, batched to at
-least `WRITE_BATCH` bytes per hop.
+or digit), for `remove_stale()`, or for `remove_unfinished()` at the owner's next start: a
+temporary's name begins with the owner (the process's instance slot) when there is one.
+Blocking calls run in Trio's worker threads, batched to at least `WRITE_BATCH` bytes per hop.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -62,9 +63,11 @@ def _fsync_dir(path: Path) -> None:
 
 
 class LocalBlobStore(BlobStore):
-    def __init__(self, root: Path) -> None:
-        """Create `root` and its temporaries directory if missing (a blocking call: at start)."""
+    def __init__(self, root: Path, *, owner: str = "") -> None:
+        """Create `root` and its temporaries directory if missing (a blocking call: at start).
+        `owner` (storage/instance_slot.py) begins the name of this store's temporaries."""
         self.root = Path(root)
+        self._owner = owner
         self._tmp = self.root / TMP_DIR
         private_dir(self._tmp)  # the root too, and any parent it creates: 0700
 
@@ -76,7 +79,8 @@ class LocalBlobStore(BlobStore):
 
     async def open_writer(self, key: str) -> BlobWriter:
         path = self._path(key)
-        tmp = self._tmp / f"{secrets.token_hex(16)}.part"
+        token = secrets.token_hex(16)
+        tmp = self._tmp / (f"{self._owner}.{token}.part" if self._owner else f"{token}.part")
         fd = await _in_thread(
             lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         )
@@ -136,6 +140,26 @@ class LocalBlobStore(BlobStore):
                         removed += 1
                 except FileNotFoundError:
                     pass  # its writer finished or aborted meanwhile
+            return removed
+
+        return await _in_thread(sweep)
+
+    async def remove_unfinished(self, keys: Sequence[str], *, started_before: float) -> int:
+        """This owner's temporaries older than `started_before` (the keys need nothing more:
+        an unfinished write is only a temporary here)."""
+        if not self._owner:
+            return 0
+        prefix = self._owner + "."
+
+        def sweep() -> int:
+            removed = 0
+            for entry in os.scandir(self._tmp):
+                try:
+                    if entry.name.startswith(prefix) and entry.stat().st_mtime < started_before:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    pass
             return removed
 
         return await _in_thread(sweep)

@@ -12,7 +12,7 @@ shows nothing under the key; a crash leaves an incomplete upload, invisible to r
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -176,6 +176,25 @@ class S3BlobStore(BlobStore):
                     if upload["Initiated"] < cutoff:
                         self._client.abort_multipart_upload(
                             Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                        removed += 1
+            return removed
+
+        return await _call(sweep)
+
+    async def remove_unfinished(self, keys: Sequence[str], *, started_before: float) -> int:
+        """Abort the multipart uploads to `keys` begun before `started_before`."""
+        cutoff = datetime.datetime.fromtimestamp(started_before, datetime.UTC)
+        names = [self._object(key) for key in keys]
+
+        def sweep() -> int:
+            removed = 0
+            for name in names:
+                listing = self._client.list_multipart_uploads(Bucket=self.bucket, Prefix=name)
+                for upload in listing.get("Uploads", []):
+                    if upload["Key"] == name and upload["Initiated"] < cutoff:
+                        self._client.abort_multipart_upload(
+                            Bucket=self.bucket, Key=name, UploadId=upload["UploadId"]
                         )
                         removed += 1
             return removed

@@ -8,18 +8,26 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+import trio
+
 from actors.files_janitor import FilesJanitor
 from protocol.ids import ordered_id
+from protocol.timefmt import now_us
 from storage import Storage
 from storage.blobs import LocalBlobStore
 from storage.files import NewUpload
 from storage.images import ImageRecord
+from storage.instance_slot import hold_slot
+from tests.waiting import wait_until_async
 
 HOUR_US = 3600 * 1_000_000
 QUOTA = 10**9
 
 
-async def _begin(storage: Storage, blobs: LocalBlobStore, org_id: str, now: int) -> NewUpload:
+async def _begin(
+    storage: Storage, blobs: LocalBlobStore, org_id: str, now: int, owner: str | None = None
+) -> NewUpload:
     file_id = ordered_id("file", now)
     new = NewUpload(
         id=file_id,
@@ -29,6 +37,7 @@ async def _begin(storage: Storage, blobs: LocalBlobStore, org_id: str, now: int)
         blob_key=f"files/{org_id}/{file_id}",
         data_key_sealed="v1:x",
         created_at=now,
+        owner=owner,
     )
     await storage.files.begin_upload(new, reserve=100, quota=QUOTA)
     async with await blobs.open_writer(new.blob_key) as writer:
@@ -76,6 +85,7 @@ async def test_the_janitor_removes_what_is_dead_or_expired_and_nothing_else(
     await janitor.sweep_once(now)
 
     assert janitor.statistics() == {
+        "leftovers": 0,
         "expired": 1,
         "abandoned_uploads": 1,
         "temporaries": 1,
@@ -134,3 +144,73 @@ async def test_the_janitor_removes_expired_images_in_batches_and_keeps_live_ones
     await janitor.sweep_once(now + HOUR_US)
     assert janitor.statistics()["expired_images"] == 6
     assert await storage.images.count() == 0
+
+
+def _temporary(blobs_dir: Path, owner: str) -> Path:
+    """What a process killed mid-write leaves in the local store (named as its writers name
+    them: see test_a_writer_names_its_temporary_after_its_owner)."""
+    path = blobs_dir / ".tmp" / f"{owner}.{os.urandom(8).hex()}.part"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"half")
+    return path
+
+
+async def test_a_writer_names_its_temporary_after_its_owner(tmp_path: Path) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs", owner="abc-0")
+    async with await blobs.open_writer("files/o/f") as writer:
+        await writer.write(b"x" * 10)
+        (name,) = os.listdir(tmp_path / "blobs" / ".tmp")
+        assert name.startswith("abc-0.") and name.endswith(".part")
+        await writer.commit()
+
+
+async def test_an_instance_slot_is_taken_again_only_once_its_holder_is_gone(
+    tmp_path: Path,
+) -> None:
+    with hold_slot(tmp_path) as first:
+        with hold_slot(tmp_path) as second:
+            assert first != second
+        with hold_slot(tmp_path) as third:  # the second's holder is gone: its slot again
+            assert third == second
+    with hold_slot(tmp_path) as again:
+        assert again == first
+
+
+async def test_at_start_the_janitor_removes_its_slot_leftovers_at_once(
+    storage: Storage, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A process killed mid-upload left a row holding quota and a temporary; the next process
+    on its slot removes them as it starts (not 10 minutes or an hour later), and leaves alone
+    those of another instance that is alive, and its own new uploads."""
+    org = (await storage.orgs.create("acme")).id
+    blobs_dir = tmp_path / "blobs"
+    now = now_us()
+    with hold_slot(tmp_path) as alive:
+        with hold_slot(tmp_path) as crashed:
+            pass  # its process is gone now (the kernel released the lock)
+        dead = await _begin(storage, LocalBlobStore(blobs_dir), org, now - 1_000_000, crashed)
+        await storage.files.touch(org, dead.id, now=now)  # it was streaming until the crash
+        dead_temporary = _temporary(blobs_dir, crashed)
+        other = await _begin(storage, LocalBlobStore(blobs_dir), org, now - 1_000_000, alive)
+        other_temporary = _temporary(blobs_dir, alive)
+        with hold_slot(tmp_path) as restarted:
+            assert restarted == crashed
+            blobs = LocalBlobStore(blobs_dir, owner=restarted)
+            janitor = FilesJanitor(storage.files, blobs, interval_s=3600, owner=restarted)
+            mine = await _begin(storage, blobs, org, now_us(), restarted)  # after its start
+            async with trio.open_nursery() as nursery:
+                await nursery.start(janitor.run)
+                await wait_until_async(lambda: _ran(janitor))
+                nursery.cancel_scope.cancel()
+    assert janitor.statistics()["leftovers"] == 1
+    assert await storage.files.uploading(org, dead.id) is None
+    assert not await blobs.exists(dead.blob_key)
+    assert not dead_temporary.exists()
+    assert await storage.files.uploading(org, other.id) is not None and other_temporary.exists()
+    assert await storage.files.uploading(org, mine.id) is not None
+    assert await storage.files.usage(org) == 100 + 100  # the other's and the new reservation
+    assert any("left unfinished" in r.getMessage() for r in caplog.records)
+
+
+async def _ran(janitor: FilesJanitor) -> bool:
+    return janitor.runs >= 1

@@ -4,13 +4,14 @@ during a large write, the S3 bucket created at start, an unreachable store repor
 from __future__ import annotations
 
 import socket
+import time
 import tracemalloc
 
 import pytest
 import trio
 
 from protocol.ids import random_token
-from storage.blobs import BlobStoreUnavailable, S3BlobStore, S3Settings
+from storage.blobs import BlobStoreUnavailable, LocalBlobStore, S3BlobStore, S3Settings
 from storage.blobs.s3 import PART_SIZE
 from tests.seaweedfs import SeaweedFS
 from tests.storage.blobs.conftest import StoreUnderTest, s3_settings
@@ -87,3 +88,30 @@ async def test_an_unreachable_s3_endpoint_is_unavailable() -> None:
         await S3BlobStore.open(settings)
     assert "unreachable" in str(caught.value)
     assert "secret-456" not in str(caught.value) and "secret-456" not in repr(settings)
+
+
+async def test_unfinished_writes_of_a_dead_run_are_removed_and_no_others(
+    blob_store: StoreUnderTest,
+) -> None:
+    """At an instance's start (actors/files_janitor.py): the temporaries its slot's earlier run
+    marked (local) or the unfinished uploads to its leftover rows' keys (S3) go at once; another
+    instance's write in progress stays."""
+    store, other = blob_store.store, blob_store.store
+    if isinstance(store, LocalBlobStore):
+        store = LocalBlobStore(blob_store.store.root, owner="inst-0")
+        other = LocalBlobStore(blob_store.store.root, owner="inst-1")
+    dead = await store.open_writer("files/org_1/crashed")
+    await dead.write(b"\x01" * (PART_SIZE + 1))
+    del dead  # neither committed nor aborted: the process died here
+    before = await blob_store.leftovers()
+    async with await other.open_writer("files/org_1/in-progress") as alive:
+        await alive.write(b"\x02" * (PART_SIZE + 1))
+        in_progress = set(await blob_store.leftovers()) - set(before)
+        assert len(in_progress) == 1
+        removed = await store.remove_unfinished(
+            ["files/org_1/crashed"], started_before=time.time() + 1
+        )
+        assert removed == 1
+        assert set(await blob_store.leftovers()) == in_progress
+        await alive.commit()
+    assert await store.remove_unfinished([], started_before=time.time() + 1) == 0
