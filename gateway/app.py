@@ -87,7 +87,9 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
         provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
-        files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
+        files.routes(
+            runtime.files, runtime.storage.orgs, runtime.config.files, runtime.storage.idempotency
+        ),
         images.routes(
             ImagesDeps(
                 deps,

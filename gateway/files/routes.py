@@ -15,6 +15,7 @@ from contextlib import aclosing
 from typing import Literal
 
 from gateway.config.schema import FilesConfig
+from gateway.files.commit import complete_while_connected, fingerprint, once_per_key
 from gateway.files.store import FORM_LIMITS, FileStore, file_corrupt
 from gateway.files.upload import Upload
 from gateway.web import Operation, Request, Response, Routes, json_response
@@ -25,9 +26,11 @@ from protocol.blobcrypt import BlobCorrupt
 from protocol.files import PURPOSES
 from protocol.files.api import FileContent, FileDeleted, FileList, FileObject, FileUpload
 from protocol.files.disposition import content_disposition
+from protocol.labels import check_idempotency_key
 from protocol.scopes import FILES
 from protocol.timefmt import now_us
 from storage.files import FileRecord
+from storage.idempotency import IdempotencyRepository
 from storage.orgs import OrgRepository
 
 log = logging.getLogger("gateway.files")
@@ -103,7 +106,12 @@ def _duplicate(name: str) -> errors.APIError:
     )
 
 
-def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes:
+def routes(
+    store: FileStore,
+    orgs: OrgRepository,
+    config: FilesConfig,
+    idempotency: IdempotencyRepository,
+) -> Routes:
     r = Routes()
     repo = store.repo
 
@@ -124,24 +132,28 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
         Operation(
             "POST",
             "/v1/files",
-            "Upload a file (multipart: `file`, `purpose`); validated and encrypted as it streams",
+            "Upload a file (multipart: `file`, `purpose`); validated and encrypted as it streams"
+            " (send `Idempotency-Key` to retry safely)",
             _TAG,
             request=FileUpload,
             request_content_type="multipart/form-data",
             response=FileObject,
             scope=FILES,
             body_limit="file",
-            errors=(400, *_AUTH_ERRORS, 413, 415),
+            errors=(400, *_AUTH_ERRORS, 409, 413, 415),
         )
     )
     async def create_file(request: Request) -> Response:
         assert request.principal is not None
         org_id = request.principal.org_id
+        key = request.header(b"idempotency-key")
+        if key is not None:
+            check_idempotency_key(key, "Idempotency-Key")
         quota = await quota_of(org_id)
         purpose: str | None = None
         seen_file = False
         async with (
-            Upload(store, org_id, quota, request.content_length) as upload,
+            Upload(store, org_id, quota, request.content_length, digest=key is not None) as upload,
             request.multipart(FORM_LIMITS) as form,
         ):
             async for part in form:
@@ -166,8 +178,20 @@ def routes(store: FileStore, orgs: OrgRepository, config: FilesConfig) -> Routes
                     param="purpose",
                     code="missing_required_field",
                 )
-            record = await upload.complete(purpose)
-        return json_response(file_object(record))
+            checked_purpose = purpose
+
+            async def commit() -> FileObject:
+                record = await complete_while_connected(request, store, upload, checked_purpose)
+                return file_object(record)
+
+            if key is None:
+                return json_response(await commit())
+            request_fingerprint = fingerprint(purpose, upload.filename, upload.content_sha256)
+            file, replayed = await once_per_key(
+                idempotency, org_id, key, request_fingerprint, commit
+            )
+        headers = [(b"idempotent-replayed", b"true")] if replayed else None
+        return json_response(file, headers=headers)
 
     @r.operation(
         Operation(

@@ -24,6 +24,7 @@ before its validator is known; `complete` then validates it by reading it back, 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from contextlib import aclosing
@@ -87,8 +88,15 @@ def too_large(purpose: str | None, limit: int) -> APIError:
 
 class Upload:
     def __init__(
-        self, store: FileStore, org_id: str, quota: int, declared_length: int | None
+        self,
+        store: FileStore,
+        org_id: str,
+        quota: int,
+        declared_length: int | None,
+        *,
+        digest: bool = False,
     ) -> None:
+        """`digest`: also hash the content (`content_sha256`, for an `Idempotency-Key`)."""
         self._store = store
         self._org_id = org_id
         self._quota = quota
@@ -104,6 +112,7 @@ class Upload:
         self._row = False
         self._blob_committed = False
         self._record: FileRecord | None = None
+        self._digest = hashlib.sha256() if digest else None
 
     def __repr__(self) -> str:
         return f"<Upload {self.file_id} size={self._size} reserved={self._reserved}>"
@@ -145,6 +154,8 @@ class Upload:
                     touched = time.monotonic()
                 if validator is not None:
                     _feed(validator, piece)
+                if self._digest is not None:
+                    self._digest.update(piece)
                 await _write_all(writer, encryptor.feed(piece))
                 if time.monotonic() - touched > TOUCH_INTERVAL_S:
                     await store.repo.touch(self._org_id, self.file_id, now=now_us())
@@ -155,6 +166,15 @@ class Upload:
             await _write_all(writer, encryptor.finish())
             await writer.commit()
             self._blob_committed = True
+
+    @property
+    def filename(self) -> str:
+        return self._filename
+
+    @property
+    def content_sha256(self) -> str:
+        assert self._digest is not None, "Upload(..., digest=True)"
+        return self._digest.hexdigest()
 
     async def complete(self, purpose: str) -> FileRecord:
         """Validate (when `receive` could not yet) and make the file `processed`."""
