@@ -76,7 +76,6 @@ class OrgView:
     loaded_at: float
     pending: int = 0  # settled here, not yet flushed
     reserved: int = 0  # held for requests in flight
-    replenish_below: int | None = None  # auto-replenish threshold, when it is on
 
     @property
     def available(self) -> int:
@@ -138,8 +137,10 @@ class Accountant(Actor):
         flush_interval_s: float = 0.05,
         batch_size: int = 500,
         balance_ttl_s: float = 1.0,
+        max_auto_topups_per_day: int = 3,
     ) -> None:
         self.name = "accountant"
+        self._max_auto_topups_per_day = max_auto_topups_per_day
         self._ledger = ledger
         self._orgs = orgs
         self._flush_interval_s = flush_interval_s
@@ -450,11 +451,6 @@ class Accountant(Actor):
                 view = self._views[org_id] = OrgView(plan=plan, balance=0, loaded_at=now)
             view.plan = plan
             view.balance = account.balance_micros
-            view.replenish_below = (
-                account.replenish_threshold_micros
-                if account.auto_replenish and account.replenish_amount_micros is not None
-                else None
-            )
             view.loaded_at = now
             return view
 
@@ -551,7 +547,8 @@ class Accountant(Actor):
                         view.loaded_at = -math.inf  # balance not read back: re-read it
                         continue
                     view.balance = settled.balances[org_id]
-                    self._check_replenish(org_id, view)
+                    if org_id in settled.replenish_due:
+                        self._check_replenish(org_id)
             self._flushed_keys(batch, settled.key_spend)
             return shared
 
@@ -568,12 +565,10 @@ class Accountant(Actor):
 
     # -- auto-replenish ------------------------------------------------------------------
 
-    def _check_replenish(self, org_id: str, view: OrgView) -> None:
-        """Start one attempt when the balance fell below the threshold (none while one runs
-        on this instance; the ledger's claim keeps other instances out too)."""
-        below = view.replenish_below
-        if below is None or view.balance - view.pending >= below:
-            return
+    def _check_replenish(self, org_id: str) -> None:
+        """Start one attempt when the flush found a top-up due (it crossed the threshold, or
+        a declined one waits): none while one runs on this instance; the ledger's claim keeps
+        other instances out too and counts the day's cap (storage/replenish.py)."""
         if self._tasks is None or self._payments is None or org_id in self._replenishing:
             return
         self._replenishing.add(org_id)
@@ -584,10 +579,14 @@ class Accountant(Actor):
         try:
             now = now_us()
             amount = await self._ledger.claim_replenish(
-                org_id, now, stale_after_us=REPLENISH_CLAIM_US, retry_after_us=REPLENISH_RETRY_US
+                org_id,
+                now,
+                stale_after_us=REPLENISH_CLAIM_US,
+                retry_after_us=REPLENISH_RETRY_US,
+                max_per_day=self._max_auto_topups_per_day,
             )
             if amount is None:
-                return  # not due, another instance has it, or a recent failure waits
+                return  # not due, another instance has it, a failure waits, or the day's cap
             method = self._payments.default_method(org_id)
             reference = f"replenish:{org_id}:{now}"
             try:
