@@ -117,6 +117,7 @@ class AccountantStats:
     rows_written: int = 0
     replenished: int = 0
     replenish_failures: int = 0
+    replenish_limited: int = 0  # due top-ups refused by the daily cap (logged, with an event)
     shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
@@ -173,6 +174,7 @@ class Accountant(Actor):
             "rows_written": s.rows_written,
             "replenished": s.replenished,
             "replenish_failures": s.replenish_failures,
+            "replenish_limited": s.replenish_limited,
             "shared_unavailable": s.shared_unavailable,
         }
 
@@ -578,13 +580,23 @@ class Accountant(Actor):
         assert self._payments is not None
         try:
             now = now_us()
-            amount = await self._ledger.claim_replenish(
+            claim = await self._ledger.claim_replenish(
                 org_id,
                 now,
                 stale_after_us=REPLENISH_CLAIM_US,
                 retry_after_us=REPLENISH_RETRY_US,
                 max_per_day=self._max_auto_topups_per_day,
             )
+            if claim.limited is not None:  # once per org and UTC day, with the event
+                self.stats.replenish_limited += 1
+                log.warning(
+                    "auto-replenish of %s is due but its %d automatic top-ups of %s are used"
+                    " up ([billing] max_auto_topups_per_day); wrote billing.auto_topup_limited",
+                    org_id,
+                    self._max_auto_topups_per_day,
+                    claim.limited["day"],
+                )
+            amount = claim.amount
             if amount is None:
                 return  # not due, another instance has it, a failure waits, or the day's cap
             method = self._payments.default_method(org_id)

@@ -173,10 +173,13 @@ class LedgerRepository:
                 )
         await _ensure_account(tx, org_id)
         now = now_us()
+        # A change that crosses the threshold downwards (a training hold, a negative
+        # adjustment) makes a top-up due too; the next usage flush of the org starts it.
         balance = await tx.fetchval(
             "UPDATE credit_accounts SET balance_micros = balance_micros + :micros,"
-            " updated_at = :now WHERE org_id = :org_id RETURNING balance_micros",
-            {"micros": micros, "now": now, "org_id": org_id},
+            f" {replenish.CROSSED}, updated_at = :now WHERE org_id = :org_id"
+            " RETURNING balance_micros",
+            {"micros": micros, "total": -micros, "now": now, "org_id": org_id},
         )
         row = Transaction(
             id=id or new_id("txn"),
@@ -324,9 +327,9 @@ class LedgerRepository:
         stale_after_us: int,
         retry_after_us: int,
         max_per_day: int,
-    ) -> int | None:
+    ) -> replenish.Claim:
         """Claim the org's auto top-up if it is due (storage/replenish.py): the amount to
-        charge, or None (one winner across instances; at most `max_per_day` a UTC day)."""
+        charge, if any (one winner across instances; at most `max_per_day` a UTC day)."""
         async with self._db.transaction() as tx:  # a write: never on a read connection
             return await replenish.claim(
                 tx,

@@ -11,6 +11,7 @@ first usage write) and writes `billing.auto_topup_limited` once per org and day.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.billing import day_of
@@ -35,6 +36,16 @@ CROSSED = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim's outcome: `amount` to charge (None: nothing to do now); `limited`: a top-up was
+    due but the day's cap is used up, and this claim wrote the day's `billing.auto_topup_limited`
+    (its data), so the caller logs it once."""
+
+    amount: int | None
+    limited: dict[str, Any] | None = None
+
+
 async def claim(
     tx: Executor,
     org_id: str,
@@ -43,8 +54,8 @@ async def claim(
     stale_after_us: int,
     retry_after_us: int,
     max_per_day: int,
-) -> int | None:
-    """The amount to charge, or None: not due, another claim younger than `stale_after_us`, a
+) -> Claim:
+    """The amount to charge, or none: not due, another claim younger than `stale_after_us`, a
     failure younger than `retry_after_us`, or the day's cap reached (then the event, once)."""
     day = day_of(now).label
     value = await tx.fetchval(
@@ -67,7 +78,7 @@ async def claim(
         },
     )
     if value is not None:
-        return int(value)
+        return Claim(int(value))
     row = await tx.fetchrow(
         "UPDATE credit_accounts SET auto_topup_limited_day = :day"
         f" WHERE org_id = :org_id AND replenish_due AND {_DUE}"
@@ -85,7 +96,8 @@ async def claim(
             int(row["replenish_amount_micros"]),
         )
         await events.append(tx, org_id, LIMITED_EVENT, data)
-    return None
+        return Claim(None, data)
+    return Claim(None)
 
 
 def limited_data(
