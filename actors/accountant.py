@@ -54,12 +54,20 @@ shared_outage = ThrottledWarning(
 class BudgetExceeded(Exception):
     """The key's daily or monthly cap cannot hold the reservation."""
 
-    def __init__(self, budget: KeyBudget, period: Period, cap: int, committed: int) -> None:
+    def __init__(
+        self,
+        budget: KeyBudget,
+        period: Period,
+        cap: int,
+        committed: int,
+        held: int | None = None,
+    ) -> None:
         super().__init__(f"{budget.key_id}: {period.label} cap {cap}, committed {committed}")
         self.budget = budget
         self.period = period
         self.cap = cap
         self.committed = committed  # spent + settled-unwritten + reserved, before this request
+        self.held = held  # the reserved part of it (None: not known apart, the Redis check)
 
 
 class InsufficientCredits(Exception):
@@ -250,7 +258,7 @@ class Accountant(Actor):
                 committed = key_view.committed(period.label)
                 if cap is not None and committed + micros > cap:
                     self.stats.refused += 1
-                    raise BudgetExceeded(budget, period, cap, committed)
+                    raise BudgetExceeded(budget, period, cap, committed, key_view.reserved)
         if view.balance - view.pending - view.reserved < micros:
             self.stats.refused += 1
             raise InsufficientCredits(org_id, view.available, micros)
