@@ -28,11 +28,15 @@ _DUE = (
     " AND balance_micros <= replenish_threshold_micros"
 )
 
-# For the usage write's UPDATE (old values on the right-hand side, on both backends).
+# For every UPDATE that takes `:total` from the balance (negative: adds), old values on the
+# right-hand side on both backends: a crossing downwards makes a top-up due; a balance left
+# above the threshold (a manual top-up) makes none due, so no flush asks for a claim that
+# cannot succeed.
 CROSSED = (
-    "replenish_due = CASE WHEN auto_replenish AND replenish_threshold_micros IS NOT NULL"
-    " AND balance_micros > replenish_threshold_micros"
-    " AND balance_micros - :total <= replenish_threshold_micros THEN TRUE ELSE replenish_due END"
+    "replenish_due = CASE WHEN NOT auto_replenish OR replenish_threshold_micros IS NULL"
+    " THEN replenish_due"
+    " WHEN balance_micros - :total > replenish_threshold_micros THEN FALSE"
+    " WHEN balance_micros > replenish_threshold_micros THEN TRUE ELSE replenish_due END"
 )
 
 
