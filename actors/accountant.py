@@ -165,6 +165,7 @@ class Accountant(Actor):
         self._shared = shared
         self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
         self._replenishing: set[str] = set()
+        self._topups_capped: dict[str, str] = {}  # org: the UTC day its cap was found used up
         self._rereading: set[str] = set()  # orgs whose stale view is being re-read
         self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
@@ -581,6 +582,8 @@ class Accountant(Actor):
         other instances out too and counts the day's cap (storage/replenish.py)."""
         if self._tasks is None or self._payments is None or org_id in self._replenishing:
             return
+        if self._topups_capped.get(org_id) == day_of(now_us()).label:
+            return  # the day's cap is used up: no claim per flush until the next UTC day
         self._replenishing.add(org_id)
         self._tasks.start_soon(self._replenish, org_id)
 
@@ -595,6 +598,8 @@ class Accountant(Actor):
                 retry_after_us=REPLENISH_RETRY_US,
                 max_per_day=self._max_auto_topups_per_day,
             )
+            if claim.capped:
+                self._topups_capped[org_id] = day_of(now).label
             if claim.limited is not None:  # once per org and UTC day, with the event
                 self.stats.replenish_limited += 1
                 log.warning(

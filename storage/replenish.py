@@ -40,13 +40,18 @@ CROSSED = (
 )
 
 
+# Automatic top-ups the org claimed on the UTC day `:day` (0 on a new day, or never).
+_TODAY = "(CASE WHEN auto_topup_day = :day THEN auto_topup_count ELSE 0 END)"
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A claim's outcome: `amount` to charge (None: nothing to do now); `limited`: a top-up was
-    due but the day's cap is used up, and this claim wrote the day's `billing.auto_topup_limited`
-    (its data), so the caller logs it once."""
+    """A claim's outcome: `amount` to charge (None: nothing to do now); `capped`: a top-up is
+    due but the day's cap is used up (the caller need not ask again that day); `limited`: this
+    claim wrote the day's `billing.auto_topup_limited` (its data), so the caller logs it once."""
 
     amount: int | None
+    capped: bool = False
     limited: dict[str, Any] | None = None
 
 
@@ -64,13 +69,11 @@ async def claim(
     day = day_of(now).label
     value = await tx.fetchval(
         "UPDATE credit_accounts SET replenish_claimed_at = :now, replenish_due = FALSE,"
-        " auto_topup_count = CASE WHEN auto_topup_day = :day"
-        " THEN auto_topup_count + 1 ELSE 1 END,"
-        " auto_topup_day = :day"
+        f" auto_topup_count = {_TODAY} + 1, auto_topup_day = :day"
         f" WHERE org_id = :org_id AND replenish_due AND {_DUE}"
         " AND (replenish_claimed_at IS NULL OR replenish_claimed_at < :stale)"
         " AND (replenish_failed_at IS NULL OR replenish_failed_at < :retry)"
-        " AND (auto_topup_day IS NULL OR auto_topup_day <> :day OR auto_topup_count < :cap)"
+        f" AND {_TODAY} < :cap"
         " RETURNING replenish_amount_micros",
         {
             "now": now,
@@ -83,25 +86,31 @@ async def claim(
     )
     if value is not None:
         return Claim(int(value))
-    row = await tx.fetchrow(
-        "UPDATE credit_accounts SET auto_topup_limited_day = :day"
-        f" WHERE org_id = :org_id AND replenish_due AND {_DUE}"
-        " AND auto_topup_day = :day AND auto_topup_count >= :cap"
-        " AND (auto_topup_limited_day IS NULL OR auto_topup_limited_day <> :day)"
-        " RETURNING balance_micros, replenish_amount_micros, replenish_threshold_micros",
+    capped = await tx.fetchval(
+        f"SELECT 1 FROM credit_accounts WHERE org_id = :org_id AND replenish_due AND {_DUE}"
+        f" AND {_TODAY} >= :cap",
         {"day": day, "org_id": org_id, "cap": max_per_day},
     )
-    if row is not None:
-        data = limited_data(
-            day,
-            max_per_day,
-            int(row["balance_micros"]),
-            int(row["replenish_threshold_micros"]),
-            int(row["replenish_amount_micros"]),
-        )
-        await events.append(tx, org_id, LIMITED_EVENT, data)
-        return Claim(None, data)
-    return Claim(None)
+    if capped is None:
+        return Claim(None)
+    row = await tx.fetchrow(  # the day's event, once across instances
+        "UPDATE credit_accounts SET auto_topup_limited_day = :day"
+        f" WHERE org_id = :org_id AND {_DUE}"
+        " AND (auto_topup_limited_day IS NULL OR auto_topup_limited_day <> :day)"
+        " RETURNING balance_micros, replenish_amount_micros, replenish_threshold_micros",
+        {"day": day, "org_id": org_id},
+    )
+    if row is None:
+        return Claim(None, capped=True)
+    data = limited_data(
+        day,
+        max_per_day,
+        int(row["balance_micros"]),
+        int(row["replenish_threshold_micros"]),
+        int(row["replenish_amount_micros"]),
+    )
+    await events.append(tx, org_id, LIMITED_EVENT, data)
+    return Claim(None, capped=True, limited=data)
 
 
 def limited_data(

@@ -162,3 +162,32 @@ async def test_a_negative_adjustment_that_crosses_makes_a_top_up_due(storage: St
             await wait_until(lambda: not acc._replenishing)
         nursery.cancel_scope.cancel()
     assert payments.attempts == 2
+
+
+async def test_a_cap_of_zero_allows_no_automatic_top_up(storage: Storage) -> None:
+    """`max_auto_topups_per_day = 0`: none at all (not one per day), and once an instance has
+    found the cap used up it asks the database no more that day (no claim per flush)."""
+    org = await funded(storage, 6_000_000)
+    await storage.ledger.update_settings(
+        org,
+        {
+            "auto_replenish": True,
+            "replenish_amount_micros": 20_000_000,
+            "replenish_threshold_micros": 5_000_000,
+        },
+    )
+    payments = TestPaymentProcessor()
+    acc = Accountant(
+        storage.ledger, storage.orgs, payments, flush_interval_s=3600, max_auto_topups_per_day=0
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(acc.run)
+        await cross(acc, storage, org, 5_000_000)
+        await wait_until_async(lambda: any_limited(storage, org))
+        await wait_until(lambda: not acc._replenishing)
+        for _ in range(3):
+            await spend(acc, org, 5, 1)
+            assert org not in acc._replenishing  # no attempt started by that flush
+        nursery.cancel_scope.cancel()
+    assert payments.attempts == 0 and acc.stats.replenish_limited == 1
+    assert len(await limited_events(storage, org)) == 1
