@@ -54,12 +54,20 @@ shared_outage = ThrottledWarning(
 class BudgetExceeded(Exception):
     """The key's daily or monthly cap cannot hold the reservation."""
 
-    def __init__(self, budget: KeyBudget, period: Period, cap: int, committed: int) -> None:
+    def __init__(
+        self,
+        budget: KeyBudget,
+        period: Period,
+        cap: int,
+        committed: int,
+        held: int | None = None,
+    ) -> None:
         super().__init__(f"{budget.key_id}: {period.label} cap {cap}, committed {committed}")
         self.budget = budget
         self.period = period
         self.cap = cap
         self.committed = committed  # spent + settled-unwritten + reserved, before this request
+        self.held = held  # the reserved part of it (None: not known apart, the Redis check)
 
 
 class InsufficientCredits(Exception):
@@ -76,7 +84,6 @@ class OrgView:
     loaded_at: float
     pending: int = 0  # settled here, not yet flushed
     reserved: int = 0  # held for requests in flight
-    replenish_below: int | None = None  # auto-replenish threshold, when it is on
 
     @property
     def available(self) -> int:
@@ -118,6 +125,7 @@ class AccountantStats:
     rows_written: int = 0
     replenished: int = 0
     replenish_failures: int = 0
+    replenish_limited: int = 0  # due top-ups refused by the daily cap (logged, with an event)
     shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
@@ -138,8 +146,10 @@ class Accountant(Actor):
         flush_interval_s: float = 0.05,
         batch_size: int = 500,
         balance_ttl_s: float = 1.0,
+        max_auto_topups_per_day: int = 3,
     ) -> None:
         self.name = "accountant"
+        self._max_auto_topups_per_day = max_auto_topups_per_day
         self._ledger = ledger
         self._orgs = orgs
         self._flush_interval_s = flush_interval_s
@@ -155,6 +165,7 @@ class Accountant(Actor):
         self._shared = shared
         self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
         self._replenishing: set[str] = set()
+        self._topups_capped: dict[str, str] = {}  # org: the UTC day its cap was found used up
         self._rereading: set[str] = set()  # orgs whose stale view is being re-read
         self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
@@ -172,6 +183,7 @@ class Accountant(Actor):
             "rows_written": s.rows_written,
             "replenished": s.replenished,
             "replenish_failures": s.replenish_failures,
+            "replenish_limited": s.replenish_limited,
             "shared_unavailable": s.shared_unavailable,
         }
 
@@ -247,7 +259,7 @@ class Accountant(Actor):
                 committed = key_view.committed(period.label)
                 if cap is not None and committed + micros > cap:
                     self.stats.refused += 1
-                    raise BudgetExceeded(budget, period, cap, committed)
+                    raise BudgetExceeded(budget, period, cap, committed, key_view.reserved)
         if view.balance - view.pending - view.reserved < micros:
             self.stats.refused += 1
             raise InsufficientCredits(org_id, view.available, micros)
@@ -450,11 +462,6 @@ class Accountant(Actor):
                 view = self._views[org_id] = OrgView(plan=plan, balance=0, loaded_at=now)
             view.plan = plan
             view.balance = account.balance_micros
-            view.replenish_below = (
-                account.replenish_threshold_micros
-                if account.auto_replenish and account.replenish_amount_micros is not None
-                else None
-            )
             view.loaded_at = now
             return view
 
@@ -551,7 +558,8 @@ class Accountant(Actor):
                         view.loaded_at = -math.inf  # balance not read back: re-read it
                         continue
                     view.balance = settled.balances[org_id]
-                    self._check_replenish(org_id, view)
+                    if org_id in settled.replenish_due:
+                        self._check_replenish(org_id)
             self._flushed_keys(batch, settled.key_spend)
             return shared
 
@@ -568,14 +576,14 @@ class Accountant(Actor):
 
     # -- auto-replenish ------------------------------------------------------------------
 
-    def _check_replenish(self, org_id: str, view: OrgView) -> None:
-        """Start one attempt when the balance fell below the threshold (none while one runs
-        on this instance; the ledger's claim keeps other instances out too)."""
-        below = view.replenish_below
-        if below is None or view.balance - view.pending >= below:
-            return
+    def _check_replenish(self, org_id: str) -> None:
+        """Start one attempt when the flush found a top-up due (it crossed the threshold, or
+        a declined one waits): none while one runs on this instance; the ledger's claim keeps
+        other instances out too and counts the day's cap (storage/replenish.py)."""
         if self._tasks is None or self._payments is None or org_id in self._replenishing:
             return
+        if self._topups_capped.get(org_id) == day_of(now_us()).label:
+            return  # the day's cap is used up: no claim per flush until the next UTC day
         self._replenishing.add(org_id)
         self._tasks.start_soon(self._replenish, org_id)
 
@@ -583,11 +591,27 @@ class Accountant(Actor):
         assert self._payments is not None
         try:
             now = now_us()
-            amount = await self._ledger.claim_replenish(
-                org_id, now, stale_after_us=REPLENISH_CLAIM_US, retry_after_us=REPLENISH_RETRY_US
+            claim = await self._ledger.claim_replenish(
+                org_id,
+                now,
+                stale_after_us=REPLENISH_CLAIM_US,
+                retry_after_us=REPLENISH_RETRY_US,
+                max_per_day=self._max_auto_topups_per_day,
             )
+            if claim.capped:
+                self._topups_capped[org_id] = day_of(now).label
+            if claim.limited is not None:  # once per org and UTC day, with the event
+                self.stats.replenish_limited += 1
+                log.warning(
+                    "auto-replenish of %s is due but its %d automatic top-ups of %s are used"
+                    " up ([billing] max_auto_topups_per_day); wrote billing.auto_topup_limited",
+                    org_id,
+                    self._max_auto_topups_per_day,
+                    claim.limited["day"],
+                )
+            amount = claim.amount
             if amount is None:
-                return  # not due, another instance has it, or a recent failure waits
+                return  # not due, another instance has it, a failure waits, or the day's cap
             method = self._payments.default_method(org_id)
             reference = f"replenish:{org_id}:{now}"
             try:

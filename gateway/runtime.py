@@ -105,7 +105,13 @@ async def open_runtime(
         upstreams = Upstreams({p.name: _client(p) for p in config.providers})
         relays = StreamRelays()
         payments = open_processor(config.billing.payment_provider)
-        accountant = Accountant(storage.ledger, storage.orgs, payments, shared_holds)
+        accountant = Accountant(
+            storage.ledger,
+            storage.orgs,
+            payments,
+            shared_holds,
+            max_auto_topups_per_day=config.billing.max_auto_topups_per_day,
+        )
         event_writer = EventWriter(storage.events)
         webhooks, janitor = open_webhooks(
             storage.webhooks,

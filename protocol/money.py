@@ -27,3 +27,12 @@ def usd_to_micros(amount: float | Decimal | int) -> int:
 def micros_to_usd(micros: int) -> float:
     """For rendering only: the float nearest to the exact amount."""
     return float(Decimal(micros) / MICROS_PER_USD)
+
+
+def format_usd(micros: int) -> str:
+    """Exact, for messages: cents always, micro-dollars when there are any ("$0.000005",
+    "$12.50", "-$0.001"); never rounds a non-zero amount to "$0.00"."""
+    sign = "-" if micros < 0 else ""
+    whole, frac = divmod(abs(micros), MICROS_PER_USD)
+    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}${whole:,}.{digits}"

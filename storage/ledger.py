@@ -26,7 +26,7 @@ from protocol.billing import (
 from protocol.ids import new_id
 from protocol.money import micros_to_usd
 from protocol.timefmt import now_us, to_iso
-from storage import events
+from storage import events, replenish
 from storage.database import Database, Executor, Row
 
 _ID_CHUNK = 200  # ids per `IN (...)` lookup (well under SQLite's parameter limit)
@@ -75,6 +75,7 @@ class Settled:
 
     balances: dict[str, int]
     key_spend: dict[tuple[str, str], int]
+    replenish_due: frozenset[str] = frozenset()  # orgs with a top-up due (storage/replenish.py)
 
 
 @dataclass(slots=True)  # not frozen: one per request, and a frozen __init__ costs ~1 µs more
@@ -172,10 +173,13 @@ class LedgerRepository:
                 )
         await _ensure_account(tx, org_id)
         now = now_us()
+        # A change that crosses the threshold downwards (a training hold, a negative
+        # adjustment) makes a top-up due too; the next usage flush of the org starts it.
         balance = await tx.fetchval(
             "UPDATE credit_accounts SET balance_micros = balance_micros + :micros,"
-            " updated_at = :now WHERE org_id = :org_id RETURNING balance_micros",
-            {"micros": micros, "now": now, "org_id": org_id},
+            f" {replenish.CROSSED}, updated_at = :now WHERE org_id = :org_id"
+            " RETURNING balance_micros",
+            {"micros": micros, "total": -micros, "now": now, "org_id": org_id},
         )
         row = Transaction(
             id=id or new_id("txn"),
@@ -199,6 +203,7 @@ class LedgerRepository:
         `skip_stored` (a retry after a failure whose outcome is unknown) leaves out charges
         whose rows exist already, so nothing is charged twice."""
         balances: dict[str, int] = {}
+        due: set[str] = set()
         async with self._db.transaction() as tx:
             if skip_stored:
                 stored = await _stored_ids(tx, [c.id for c in charges])
@@ -210,15 +215,18 @@ class LedgerRepository:
             for org_id, own in by_org.items():
                 await _ensure_account(tx, org_id)
                 total = sum(c.micros for c in own)
-                balance = int(
-                    await tx.fetchval(
-                        "UPDATE credit_accounts SET balance_micros = balance_micros - :total,"
-                        " lifetime_spend_micros = lifetime_spend_micros + :total,"
-                        " updated_at = :now WHERE org_id = :org_id RETURNING balance_micros",
-                        {"total": total, "now": now_us(), "org_id": org_id},
-                    )
+                updated = await tx.fetchrow(
+                    "UPDATE credit_accounts SET balance_micros = balance_micros - :total,"
+                    f" lifetime_spend_micros = lifetime_spend_micros + :total, {replenish.CROSSED},"
+                    " updated_at = :now WHERE org_id = :org_id"
+                    " RETURNING balance_micros, replenish_due",
+                    {"total": total, "now": now_us(), "org_id": org_id},
                 )
+                assert updated is not None
+                balance = int(updated["balance_micros"])
                 balances[org_id] = balance
+                if updated["replenish_due"]:
+                    due.add(org_id)
                 after = balance + total  # walk forward from the balance before the batch
                 for c in own:
                     after -= c.micros
@@ -226,7 +234,7 @@ class LedgerRepository:
             # Plain tuples, in bulk: a flush costs a few µs a row (docs/performance.md).
             await tx.insert_many("transactions", _COLUMNS, rows)
             spend = await add_key_spend(tx, charges)
-        return Settled(balances, spend)
+        return Settled(balances, spend, frozenset(due))
 
     async def list(
         self,
@@ -312,37 +320,39 @@ class LedgerRepository:
             return True
 
     async def claim_replenish(
-        self, org_id: str, now: int, *, stale_after_us: int, retry_after_us: int
-    ) -> int | None:
-        """Claim the org's auto-replenish if it is due: on, configured, the balance below the
-        threshold, no other claim younger than `stale_after_us`, no failure younger than
-        `retry_after_us`. Returns the amount to charge, or None (one winner across instances)."""
+        self,
+        org_id: str,
+        now: int,
+        *,
+        stale_after_us: int,
+        retry_after_us: int,
+        max_per_day: int,
+    ) -> replenish.Claim:
+        """Claim the org's auto top-up if it is due (storage/replenish.py): the amount to
+        charge, if any (one winner across instances; at most `max_per_day` a UTC day)."""
         async with self._db.transaction() as tx:  # a write: never on a read connection
-            value = await tx.fetchval(
-                "UPDATE credit_accounts SET replenish_claimed_at = :now"
-                " WHERE org_id = :org_id AND auto_replenish"
-                " AND replenish_amount_micros IS NOT NULL"
-                " AND replenish_threshold_micros IS NOT NULL"
-                " AND balance_micros < replenish_threshold_micros"
-                " AND (replenish_claimed_at IS NULL OR replenish_claimed_at < :stale)"
-                " AND (replenish_failed_at IS NULL OR replenish_failed_at < :retry)"
-                " RETURNING replenish_amount_micros",
-                {
-                    "now": now,
-                    "org_id": org_id,
-                    "stale": now - stale_after_us,
-                    "retry": now - retry_after_us,
-                },
+            return await replenish.claim(
+                tx,
+                org_id,
+                now,
+                stale_after_us=stale_after_us,
+                retry_after_us=retry_after_us,
+                max_per_day=max_per_day,
             )
-        return None if value is None else int(value)
 
     async def end_replenish(self, org_id: str, *, failure: str | None, now: int) -> None:
         """Release the claim; a failure is recorded (and delays the next attempt)."""
         await self._db.execute(
             "UPDATE credit_accounts SET replenish_claimed_at = NULL,"
-            " replenish_failed_at = :failed_at, replenish_failure = :failure"
+            " replenish_failed_at = :failed_at, replenish_failure = :failure,"
+            " replenish_due = replenish_due OR :declined"  # a decline leaves it due
             " WHERE org_id = :org_id",
-            {"org_id": org_id, "failed_at": None if failure is None else now, "failure": failure},
+            {
+                "org_id": org_id,
+                "failed_at": None if failure is None else now,
+                "failure": failure,
+                "declined": failure is not None,
+            },
         )
 
     async def replenish_state(self, org_id: str) -> tuple[int | None, str | None]:
@@ -368,6 +378,7 @@ class LedgerRepository:
                     f"UPDATE credit_accounts SET {sets}, updated_at = :now WHERE org_id = :org_id",
                     {**changes, "now": now_us(), "org_id": org_id},
                 )
+                await replenish.rearm(tx, org_id)
             row = await tx.fetchrow(
                 "SELECT * FROM credit_accounts WHERE org_id = :org_id", {"org_id": org_id}
             )

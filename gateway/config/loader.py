@@ -330,6 +330,9 @@ def _parse_billing(table: _Table) -> BillingConfig:
             "payment_provider", schema.one_of(schema.PAYMENT_PROVIDERS), d.payment_provider
         ),
         enabled=table.get("enabled", schema.parse_bool, d.enabled),
+        max_auto_topups_per_day=table.get(
+            "max_auto_topups_per_day", schema.integer_in(0, 100), d.max_auto_topups_per_day
+        ),
     )
     table.finish()
     return billing

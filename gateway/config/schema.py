@@ -221,6 +221,8 @@ class BillingConfig:
     # Reserve, charge and write usage to the ledger on inference requests. Off: requests are
     # neither checked against the balance nor billed (top-ups and the ledger still work).
     enabled: bool = True
+    # Automatic top-ups (auto-replenish) per organization and UTC day, across instances; 0: none.
+    max_auto_topups_per_day: int = 3
 
 
 @dataclass(frozen=True, repr=False)

@@ -35,7 +35,7 @@ from protocol.billing_api import (
     TransactionList,
 )
 from protocol.decoding import decode_json
-from protocol.money import micros_to_usd, usd_to_micros
+from protocol.money import format_usd, micros_to_usd, usd_to_micros
 from protocol.scopes import BILLING_READ, BILLING_WRITE
 from protocol.timefmt import from_datetime, now_us, to_iso
 from storage.ledger import Account, Transaction
@@ -92,7 +92,8 @@ def _query_time(request: Request, name: str) -> int | None:
 
 def _settings(body: CreditSettings, current: Account) -> dict[str, object]:
     """The columns to change; 400 when the result would be unusable (auto-replenish without
-    an amount and a threshold, or an amount outside the top-up limits)."""
+    an amount and a threshold, an amount outside the top-up limits, or a threshold at or above
+    the amount: one top-up could not lift the balance above it)."""
     changes: dict[str, object] = {}
     enabled = current.auto_replenish
     amount = current.replenish_amount_micros
@@ -119,6 +120,14 @@ def _settings(body: CreditSettings, current: Account) -> dict[str, object]:
                 raise errors.invalid_request(
                     f"`auto_replenish` needs `{name}`.", param=name, code="missing_required_field"
                 )
+        assert amount is not None and threshold is not None
+        if threshold >= amount:  # one top-up lifts a balance of 0 or more above it
+            raise errors.invalid_request(
+                f"`replenish_threshold_usd` ({format_usd(threshold)}) must be below"
+                f" `replenish_amount_usd` ({format_usd(amount)}), so that one top-up"
+                " lifts the balance above the threshold.",
+                param="replenish_threshold_usd",
+            )
     return changes
 
 

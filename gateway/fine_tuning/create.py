@@ -23,6 +23,7 @@ from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.provider_keys.gateway_key import require_gateway_key
 from protocol import errors
 from protocol.billing import KeyBudget, fee_percent, period_name
+from protocol.budget_refusal import budget_exceeded_message
 from protocol.fine_tuning.api import JobCreate
 from protocol.fine_tuning.provider import QUEUED
 from protocol.fine_tuning.rules import (
@@ -33,7 +34,7 @@ from protocol.fine_tuning.rules import (
     training_tokens_bound,
 )
 from protocol.ids import new_id
-from protocol.money import micros_to_usd
+from protocol.money import format_usd
 from protocol.timefmt import to_iso
 from storage.files import FileRecord
 from storage.fine_tuning import HELD, NO_BILLING, JobRecord, Note
@@ -163,17 +164,22 @@ async def _create_held(
     except BudgetExceeded as exc:
         await deps.accountant.note_exhausted(job.org_id, exc)
         raise errors.payment_required(
-            f"This key's {period_name(exc.period.label)} budget of ${micros_to_usd(exc.cap):.2f}"
-            f" cannot hold the training hold of ${micros_to_usd(job.hold_micros):.6f}"
-            f" (${micros_to_usd(exc.committed):.6f} spent or held); it resets at"
-            f" {to_iso(exc.period.end_us)}.",
+            budget_exceeded_message(
+                period=period_name(exc.period.label),
+                cap=exc.cap,
+                committed=exc.committed,
+                held=exc.held,
+                estimate=job.hold_micros,
+                subject="the training hold",
+                resets_at=to_iso(exc.period.end_us) or "",
+            ),
             code="budget_exceeded",
         ) from None
     except InsufficientCredits as exc:
-        available = micros_to_usd(max(exc.available_micros, 0))
+        available = format_usd(max(exc.available_micros, 0))
         raise errors.payment_required(
-            f"The organization's credit balance (${available:.6f} available) cannot cover the"
-            f" training hold of ${micros_to_usd(job.hold_micros):.6f}; top up with"
+            f"The organization's credit balance ({available} available) cannot cover the"
+            f" training hold of {format_usd(job.hold_micros)}; top up with"
             " POST /v1/credits/topup.",
             code="insufficient_credits",
         ) from None

@@ -21,9 +21,10 @@ from protocol.billing import (
     reserve_micros,
     tariff,
 )
+from protocol.budget_refusal import budget_exceeded_message
 from protocol.errors import payment_required
 from protocol.ids import ordered_id
-from protocol.money import micros_to_usd
+from protocol.money import format_usd
 from protocol.pricing import estimate_tokens, token_cost_usd
 from protocol.timefmt import now_us, to_iso
 from protocol.usage import Usage
@@ -192,19 +193,24 @@ async def _hold(
             reservation = await accountant.reserve(org_id, most, budget)
     except BudgetExceeded as exc:
         await accountant.note_exhausted(org_id, exc)
-        period = period_name(exc.period.label)
         raise payment_required(
-            f"This key's {period} budget of ${micros_to_usd(exc.cap):.2f} is used up"
-            f" (${micros_to_usd(exc.committed):.6f} spent or held); it resets at"
-            f" {to_iso(exc.period.end_us)}.",
+            budget_exceeded_message(
+                period=period_name(exc.period.label),
+                cap=exc.cap,
+                committed=exc.committed,
+                held=exc.held,
+                estimate=most,
+                subject="this request",
+                resets_at=to_iso(exc.period.end_us) or "",
+            ),
             code="budget_exceeded",
         ) from None
     except InsufficientCredits as exc:
-        available = micros_to_usd(max(exc.available_micros, 0))
-        needed = micros_to_usd(exc.needed_micros)
+        available = format_usd(max(exc.available_micros, 0))
         raise payment_required(
-            f"The organization's credit balance (${available:.6f} available) cannot cover this"
-            f" request (up to ${needed:.6f}); top up with POST /v1/credits/topup.",
+            f"The organization's credit balance ({available} available) cannot cover this"
+            f" request (up to {format_usd(exc.needed_micros)}); top up with"
+            " POST /v1/credits/topup.",
             code="insufficient_credits",
         ) from None
     return reservation

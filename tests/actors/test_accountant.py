@@ -356,3 +356,16 @@ async def test_a_replenish_whose_credit_fails_is_refunded(storage: Storage) -> N
         nursery.cancel_scope.cancel()
     assert payments.attempts == 1 and payments.net_micros(org) == 0
     assert await storage.ledger.sum_rows(org) == (await storage.ledger.account(org)).balance_micros
+
+
+async def test_a_budget_refusal_tells_held_from_spent(storage: Storage) -> None:
+    """The 402's message states what is held for requests in flight apart from what was spent
+    (issue #20, item 13): BudgetExceeded carries both."""
+    org = await funded(storage, 1_000_000)
+    acc = Accountant(storage.ledger, storage.orgs)
+    budget = KeyBudget("key_1", "capped", daily_micros=10, monthly_micros=None)
+    acc.settle(await acc.reserve(org, 4, budget), charge(org, 3))  # 3 spent (not yet written)
+    await acc.reserve(org, 5, budget)  # 5 held, in flight
+    with pytest.raises(BudgetExceeded) as refused:
+        await acc.reserve(org, 3, budget)
+    assert (refused.value.cap, refused.value.committed, refused.value.held) == (10, 8, 5)

@@ -200,6 +200,31 @@ async def test_a_declined_topup_releases_its_idempotency_key(gateway: Gateway) -
     assert await balance(gateway) == 0.0
 
 
+async def test_a_threshold_one_top_up_cannot_clear_is_refused(gateway: Gateway) -> None:
+    """Threshold below the amount: one top-up lifts any balance from 0 to the threshold above
+    it. Otherwise every usage write would find the balance below it again (issue #20)."""
+    patch = gateway.client.patch
+    for threshold in (1e9, 50, 50.000001):
+        r = await patch(
+            "/v1/credits",
+            json={
+                "auto_replenish": True,
+                "replenish_amount_usd": 50,
+                "replenish_threshold_usd": threshold,
+            },
+            headers=gateway.auth(),
+        )
+        assert r.status_code == 400, threshold
+        error = r.json()["error"]
+        assert error["param"] == "replenish_threshold_usd"
+        assert "must be below `replenish_amount_usd` ($50.00)" in error["message"]
+    ok = {"auto_replenish": True, "replenish_amount_usd": 50, "replenish_threshold_usd": 49.99}
+    assert (await patch("/v1/credits", json=ok, headers=gateway.auth())).status_code == 200
+    # Lowering the amount under the stored threshold is refused the same way.
+    r = await patch("/v1/credits", json={"replenish_amount_usd": 20}, headers=gateway.auth())
+    assert r.status_code == 400 and r.json()["error"]["param"] == "replenish_threshold_usd"
+
+
 async def test_auto_replenish_settings(gateway: Gateway) -> None:
     patch = gateway.client.patch
     r = await patch("/v1/credits", json={"auto_replenish": True}, headers=gateway.auth())

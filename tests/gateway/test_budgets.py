@@ -4,6 +4,7 @@ requests against a budget that covers 50."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.money import format_usd
 from tests.inference import Rig, inference_rig
 from tests.waiting import wait_until
 
@@ -130,3 +132,35 @@ async def test_200_concurrent_requests_on_a_budget_covering_50(rig: Rig) -> None
     assert account.balance_micros == 100_000_000 - (admitted + 1) * charge
     exhausted = [e for e in await events(rig) if e.type == "budget.exhausted"]
     assert len(exhausted) == 1
+
+
+def amounts(message: str) -> list[str]:
+    return re.findall(r"-?\$[0-9][0-9,]*\.[0-9]+", message)
+
+
+async def test_a_sub_cent_budget_is_stated_exactly_in_the_402(rig: Rig) -> None:
+    """Issue #20: a $0.000005 budget read "$0.00 … ($0.000000 spent or held)". The 402 states
+    the budget, what was spent, what is held and the request's estimate, none rounded."""
+    _, key = await budget_key(rig, daily_budget_usd=0.000005)
+    refused = await rig.chat(BODY, key=key)
+    assert refused.status_code == 402
+    message = refused.json()["error"]["message"]
+    assert "daily budget of $0.000005 " in message, message
+    assert "$0.00 spent and $0.00 held for requests in flight leave $0.000005" in message
+    estimate = amounts(message.split("estimated at up to ", 1)[1])[0]
+    assert float(estimate[1:]) > 0.000005  # the hold that does not fit, stated in full
+    assert "resets at" in message
+
+
+async def test_the_402_separates_spent_from_the_estimate(rig: Rig) -> None:
+    charge = await one_charge(rig)  # micro-dollars, well below a cent
+    budget = charge + charge // 2
+    _, key = await budget_key(rig, daily_budget_usd=budget / 1e6)
+    assert (await rig.chat(BODY, key=key)).status_code == 200
+    await wait_until(lambda: rig.gateway.runtime.accountant.pending_micros(rig.gateway.org_id) > 0)
+    refused = await rig.chat(BODY, key=key)
+    assert refused.status_code == 402
+    message = refused.json()["error"]["message"]
+    assert f"daily budget of {format_usd(budget)} " in message, message
+    assert f"{format_usd(charge)} spent and $0.00 held" in message
+    assert f"leave {format_usd(budget - charge)}, and this request" in message

@@ -113,6 +113,7 @@ def test_defaults_without_file_or_environment() -> None:
     assert config.webhooks.allowed_private_networks == ()
     assert config.webhooks.allow_http is False
     assert config.billing.payment_provider == "test"
+    assert config.billing.max_auto_topups_per_day == 3
 
 
 def test_empty_file_gives_defaults(tmp_path: Path) -> None:
@@ -366,6 +367,7 @@ allowed_ports = [8443, 9443]
 
 [billing]
 payment_provider = "test"
+max_auto_topups_per_day = 5
 """
     config = load_text(tmp_path, text)
     assert config.database_url == "postgresql://u:pw@db.example:5432/gw"  # normalised scheme
@@ -396,6 +398,7 @@ payment_provider = "test"
         allow_http=True,
         allowed_ports=(8443, 9443),
     )
+    assert config.billing == BillingConfig(payment_provider="test", max_auto_topups_per_day=5)
 
 
 def test_default_database_follows_data_dir(tmp_path: Path) -> None:
@@ -639,6 +642,11 @@ FILE_ERRORS = [
     ("[webhooks]\nallowed_ports = [0]\n", "webhooks.allowed_ports[0]", "from 1 to 65535, got 0"),
     ("[webhooks]\nallowed_ports = 443\n", "webhooks.allowed_ports", "must be an array"),
     ("[billing]\npayment_provider = 'x'\n", "billing.payment_provider", 'one of test, got "x"'),
+    (
+        "[billing]\nmax_auto_topups_per_day = -1\n",
+        "billing.max_auto_topups_per_day",
+        "an integer from 0 to 100, got -1",
+    ),
 ]
 
 

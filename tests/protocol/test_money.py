@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from protocol.money import micros_to_usd, usd_to_micros
+from protocol.money import format_usd, micros_to_usd, usd_to_micros
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,20 @@ def test_non_finite_amounts_are_value_errors(amount: float | Decimal) -> None:
 
 def test_rendering_round_trips() -> None:
     assert micros_to_usd(usd_to_micros(0.1)) == 0.1
+
+
+@pytest.mark.parametrize(
+    ("micros", "text"),
+    [
+        (0, "$0.00"),
+        (1, "$0.000001"),
+        (5, "$0.000005"),
+        (1_000, "$0.001"),
+        (10_000, "$0.01"),
+        (12_500_000, "$12.50"),
+        (1_234_567_890_123, "$1,234,567.890123"),
+        (-1_000, "-$0.001"),
+    ],
+)
+def test_format_usd_is_exact(micros: int, text: str) -> None:
+    assert format_usd(micros) == text
