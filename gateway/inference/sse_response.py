@@ -7,7 +7,7 @@ import trio
 
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.responses import Headers
-from protocol.sse import KEEPALIVE
+from protocol.sse import DONE, KEEPALIVE
 
 _SSE_HEADERS: Headers = [
     (b"content-type", b"text/event-stream"),
@@ -57,6 +57,10 @@ class Pump:
                         ended = True  # the end of the body goes in that write too
                         break
                 body = batch[0] if len(batch) == 1 else b"".join(batch)
+                if body.endswith(DONE):
+                    # The end marker ends the body, in the same write: a client may leave as
+                    # soon as it read it, and its stream was whole (no 499 for it).
+                    ended = True
                 await send({"type": "http.response.body", "body": body, "more_body": not ended})
                 self.frames_sent += body.count(b"data: ")
             if not ended:

@@ -1,0 +1,112 @@
+"""Streams at their edges, over real HTTP with the bench upstream: a client that closes the
+moment it read `data: [DONE]` had a whole, successful stream (logged 200, a success event,
+billed as usual)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from protocol.billing import charge_micros
+from storage.events import Event
+from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger
+from tests.waiting import wait_until
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+STREAM = {
+    "model": "small",
+    "messages": MESSAGES,
+    "max_tokens": 5,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+SAMPLE_ALL = "\n[webhooks]\ncompletion_success_sample_rate = 1.0\n"
+CREDIT = 100_000_000  # the rig's top-up, micro-USD
+
+
+def charge_of(usage: dict[str, Any]) -> int:
+    cost = (usage["prompt_tokens"] * PRICE_IN + usage["completion_tokens"] * PRICE_OUT) / 10**6
+    return charge_micros(cost, Decimal("4"))  # the free plan's fee
+
+
+def access_lines(caplog: pytest.LogCaptureFixture, route: str) -> list[dict[str, Any]]:
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+    return [line for line in lines if line["route"] == route]
+
+
+def sse_text(response: bytes) -> str:
+    """The body of a raw chunked HTTP/1.1 response (as far as it was read)."""
+    head, _, rest = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head, head
+    body = b""
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        body += rest[:size]
+        rest = rest[size + 2 :]
+    return body.decode()
+
+
+async def completion_events(rig: Rig) -> list[Event]:
+    await rig.gateway.runtime.event_writer.flush()
+    stored = await rig.gateway.runtime.storage.events.list_for_org(rig.gateway.org_id, limit=10_000)
+    return [e for e in stored if e.type.startswith("completion.")]
+
+
+async def read_to_done_and_close(rig: Rig, body: dict[str, Any], out: list[bytes]) -> None:
+    """A raw HTTP/1.1 client: send a streamed chat request, read until `data: [DONE]`, close
+    the socket at once (as SDKs do: they stop at the end marker)."""
+    host, port = rig.gateway.url.removeprefix("http://").split(":")
+    payload = msgspec.json.encode(body)
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    received = b""
+    with trio.fail_after(10):
+        while b"data: [DONE]\n\n" not in received:
+            data = await stream.receive_some()
+            assert data, received
+            received += data
+    await stream.aclose()
+    out.append(received)
+
+
+async def test_a_client_that_closes_right_after_done_had_a_successful_stream(
+    database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The race: the client sees `[DONE]` and closes while the server still has the stream's
+    end to do. Content frames 10 ms apart leave the relay's channel empty when the last ones
+    come, which is when the end used to be written separately, after the client could leave
+    (about a third of these streams were logged 499 with a `completion.error`)."""
+    caplog.set_level("INFO", logger="gateway.access")
+    n = 40
+    async with inference_rig(database_url, tmp_path, extra_toml=SAMPLE_ALL) as rig:
+        rig.upstream.behavior.chunk_interval_s = 0.01
+        bodies: list[bytes] = []
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(read_to_done_and_close, rig, STREAM, bodies)
+        writer = rig.gateway.runtime.event_writer
+        await wait_until(lambda: writer.stats.offered >= n)
+        events = await completion_events(rig)
+        balance, rows = await ledger(rig, settled=n)
+        await wait_until(lambda: len(access_lines(caplog, "/v1/chat/completions")) >= n)
+    logged = access_lines(caplog, "/v1/chat/completions")
+    assert [line["status"] for line in logged] == [200] * n
+    assert [(e.type, e.data["status"]) for e in events] == [("completion.success", 200)] * n
+    # Billed as any stream: the upstream's reported usage, once per request.
+    usages = []
+    for body in bodies:
+        (usage,) = [c["usage"] for c in chunks(sse_text(body)) if c.get("usage")]
+        usages.append(usage)
+    assert sorted(-row.amount_micros for row in rows) == sorted(charge_of(u) for u in usages)
+    assert balance == CREDIT - sum(charge_of(u) for u in usages)
