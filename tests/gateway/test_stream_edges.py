@@ -1,6 +1,7 @@
 """Streams at their edges, over real HTTP with the bench upstream: a client that closes the
 moment it read `data: [DONE]` had a whole, successful stream (logged 200, a success event,
-billed as usual)."""
+billed as usual); a stream still running when the graceful drain runs out ends with the
+error frame and `[DONE]`, is logged as cut by shutdown, and is billed for what was relayed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import trio
 
 from protocol.billing import charge_micros
 from storage.events import Event
+from storage.open import Storage, open_database
 from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger
 from tests.waiting import wait_until
 
@@ -110,3 +112,59 @@ async def test_a_client_that_closes_right_after_done_had_a_successful_stream(
         usages.append(usage)
     assert sorted(-row.amount_micros for row in rows) == sorted(charge_of(u) for u in usages)
     assert balance == CREDIT - sum(charge_of(u) for u in usages)
+
+
+async def test_a_stream_cut_at_the_end_of_the_drain_ends_with_an_error_frame_and_done(
+    database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="gateway.access")
+    grace = 0.6
+    stop = trio.Event()
+    frames: list[str] = []
+    async with inference_rig(
+        database_url, tmp_path, graceful_timeout_s=grace, stop=stop, extra_toml=SAMPLE_ALL
+    ) as rig:
+        org_id = rig.gateway.org_id
+        rig.upstream.behavior.chunk_interval_s = 0.05  # 1,000 tokens: 50 s, far past the grace
+        rig.upstream.behavior.completion_tokens = 1000
+        body = {"model": "small", "messages": MESSAGES, "stream": True, "max_tokens": 1000}
+        auth = rig.gateway.auth(rig.key)
+        with trio.fail_after(10):
+            async with rig.gateway.client.stream(
+                "POST", "/v1/chat/completions", json=body, headers=auth
+            ) as r:
+                assert r.status_code == 200
+                async for text in r.aiter_lines():  # to the body's end: no protocol error
+                    if text.startswith("data: "):
+                        frames.append(text.removeprefix("data: "))
+                        if len(frames) == 3:
+                            stop.set()  # the drain begins
+                            drain_began = trio.current_time()
+        ended_after = trio.current_time() - drain_began
+    assert ended_after < grace  # cut within the graceful timeout, not after it
+    assert frames[-1] == "[DONE]"
+    error = json.loads(frames[-2])["error"]
+    assert error["type"] == "server_error" and error["code"] == "server_shutting_down"
+    assert error["param"] is None and "shutting down" in error["message"]
+    content = [
+        c
+        for c in map(json.loads, frames[:-2])
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
+    assert 3 <= len(content) < 1000
+
+    (line,) = access_lines(caplog, "/v1/chat/completions")
+    assert line["status"] == 503 and line["code"] == "server_shutting_down"
+    assert line["completion_tokens"] == len(content)  # what was relayed, as for a client that left
+
+    async with open_database(database_url) as db:  # the instance has stopped
+        storage = Storage.over(db)
+        rows, _ = await storage.ledger.list(org_id, type="usage", limit=10, offset=0)
+        account = await storage.ledger.account(org_id)
+        stored = await storage.events.list_for_org(org_id, limit=100)
+    usage = {k: line[k] for k in ("prompt_tokens", "completion_tokens")}
+    assert [row.amount_micros for row in rows] == [-charge_of(usage)]
+    assert account.balance_micros == CREDIT - charge_of(usage)
+    (event,) = [e for e in stored if e.type.startswith("completion.")]
+    assert event.type == "completion.error" and event.data["status"] == 503
+    assert event.data["error"] == {k: error[k] for k in ("type", "code", "message")}
