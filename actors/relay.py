@@ -7,11 +7,14 @@ upstream, and TCP slows the provider — memory per stream stays at the channel'
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
 ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
 Cancelling the relay (the client left) stops it at once; the caller then closes the upstream
-response.
+response. `StreamRelays.cut()` (the graceful drain is running out, gateway/server/serve.py)
+ends every stream still relaying the way a broken one ends, with the code
+`server_shutting_down`, so its client gets a whole response rather than a cut connection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -25,6 +28,11 @@ from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
 from protocol.usage import Usage
 
 CHANNEL_CAPACITY = 16
+SHUTDOWN_TYPE = "server_error"
+SHUTDOWN_CODE = "server_shutting_down"
+SHUTDOWN_MESSAGE = (
+    "The server is shutting down and ended this stream before its end; retry the request."
+)
 
 
 class FrameSource(Protocol):
@@ -78,6 +86,7 @@ class RelayStats:
     completed: int = 0
     broken: int = 0
     cancelled: int = 0
+    cut: int = 0  # ended by `cut()`: the server was shutting down
     frames: int = 0
 
 
@@ -89,6 +98,15 @@ class StreamRelays(Actor):
     def __init__(self) -> None:
         self.name = "stream-relays"
         self.stats = RelayStats()
+        self._reading: set[trio.CancelScope] = set()
+        self._cutting = False
+
+    def cut(self) -> None:
+        """End every stream still relaying, and any that starts from now on, with an error
+        frame (code `server_shutting_down`) and `[DONE]`: the server is shutting down."""
+        self._cutting = True
+        for scope in self._reading:
+            scope.cancel()
 
     def statistics(self) -> dict[str, object]:
         s = self.stats
@@ -97,6 +115,7 @@ class StreamRelays(Actor):
             "completed": s.completed,
             "broken": s.broken,
             "cancelled": s.cancelled,
+            "cut": s.cut,
             "frames": s.frames,
         }
 
@@ -113,19 +132,21 @@ class StreamRelays(Actor):
         out: trio.MemorySendChannel[bytes],
         *,
         api_key: str | None = None,
+        on_cut: Callable[[], None] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Open the upstream stream, report `started()` once its head arrived (2xx), then relay
         it to its end and close `out`. Before `started()`, upstream failures are raised (the
         caller answers them as JSON errors); after it, they end the stream with an error frame
         and `[DONE]`. The relay owns the upstream response: leaving, or being cancelled (the
-        client left), closes it at once. `api_key`: the org's own key (bring-your-own-key)."""
+        client left), closes it at once. `api_key`: the org's own key (bring-your-own-key).
+        `on_cut` is called when `cut()` ended the stream."""
         stats = self.stats
         async with out, client.stream(path, body, api_key=api_key) as response:
             task_status.started()
             stats.active += 1
             try:
-                await self._run(client.name, response, frames, out)
+                await self._run(client.name, response, frames, out, on_cut)
             except trio.Cancelled:
                 stats.cancelled += 1
                 raise
@@ -138,39 +159,55 @@ class StreamRelays(Actor):
         response: Response,
         frames: FrameSource,
         out: trio.MemorySendChannel[bytes],
+        on_cut: Callable[[], None] | None,
     ) -> None:
         stats = self.stats
         decoder = SSEDecoder()
-        batch: list[bytes] = []
-        try:
-            with mapped_errors(provider):
-                while raw := await response.next_chunk():
-                    # Everything one upstream read yields goes over as one item:
-                    # one task switch and one client write per read, not per frame.
-                    batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
-                    stats.frames += len(batch)
-                    if response.complete:
-                        break  # the end rides with the last frames (one write)
-                    if batch:
-                        await out.send(b"".join(batch))
-                        batch = []
-            if not frames.finished:
-                raise UpstreamProtocolError("the upstream stream ended early")
-            closing = batch + frames.finish()
-        except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
-            stats.broken += 1
-            code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
-            closing = [*batch, *_broken(frames, _describe(exc), code)]
-        else:
-            stats.completed += 1
+        batch: list[bytes] = []  # frames not yet handed over
+        closing: list[bytes] = []
+        with trio.CancelScope() as reading:
+            self._reading.add(reading)
+            if self._cutting:
+                reading.cancel()
+            try:
+                with mapped_errors(provider):
+                    while raw := await response.next_chunk():
+                        # Everything one upstream read yields goes over as one item:
+                        # one task switch and one client write per read, not per frame.
+                        batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
+                        stats.frames += len(batch)
+                        if response.complete:
+                            break  # the end rides with the last frames (one write)
+                        if batch:
+                            await out.send(b"".join(batch))  # cancelled: not sent
+                            batch = []
+                if not frames.finished:
+                    raise UpstreamProtocolError("the upstream stream ended early")
+                closing = batch + frames.finish()
+            except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
+                stats.broken += 1
+                code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+                closing = [*batch, *_broken(frames, _describe(exc), code)]
+            else:
+                stats.completed += 1
+            finally:
+                self._reading.discard(reading)
+        if reading.cancelled_caught:
+            stats.cut += 1
+            shutdown = _broken(frames, SHUTDOWN_MESSAGE, SHUTDOWN_CODE, type=SHUTDOWN_TYPE)
+            closing = [*batch, *shutdown]
+            if on_cut is not None:
+                on_cut()  # before the end leaves: the request is known as cut when it ends
         if closing:
             await out.send(b"".join(closing))
 
 
-def _broken(frames: FrameSource, message: str, code: str) -> list[bytes]:
+def _broken(
+    frames: FrameSource, message: str, code: str, *, type: str = "upstream_error"
+) -> list[bytes]:
     if isinstance(frames, FailingSource):
         return frames.fail(message, code=code)
-    return [error_frame(message, code=code), DONE]
+    return [error_frame(message, code=code, type=type), DONE]
 
 
 def _describe(exc: Exception) -> str:

@@ -138,9 +138,10 @@ def closing_frames(
     return [DONE]
 
 
-def error_frame(message: str, *, code: str) -> bytes:
-    """The frame sent (before `DONE`) when a stream breaks after it started."""
-    detail = ErrorDetail(message=message, type="upstream_error", param=None, code=code)
+def error_frame(message: str, *, code: str, type: str = "upstream_error") -> bytes:
+    """The frame sent (before `DONE`) when a stream breaks after it started (`type`
+    `server_error` when the gateway itself ended it: it was shutting down)."""
+    detail = ErrorDetail(message=message, type=type, param=None, code=code)
     return data_event(msgspec.json.encode(ErrorBody(error=detail)))
 
 

@@ -61,9 +61,11 @@ def gateway_config(
 
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, extra_routes: Sequence[Routes] = ()
+    config: Config, *, extra_routes: Sequence[Routes] = (), stop: trio.Event | None = None
 ) -> AsyncIterator[Gateway]:
-    stop = trio.Event()
+    """With `stop`, the test may start the graceful drain itself (setting it) while it still
+    talks to the instance; leaving the block then waits for the drain to end."""
+    stop = stop if stop is not None else trio.Event()
     async with trio.open_nursery() as nursery:
         served = await nursery.start(
             partial(serve_instance, config, shutdown_trigger=stop.wait, extra_routes=extra_routes)

@@ -29,11 +29,16 @@ PRICE_OUT = Decimal("1.5")
 
 
 def inference_toml(
-    upstream_url: str, *, read_timeout_s: float = 5.0, keepalive_s: float = 15.0
+    upstream_url: str,
+    *,
+    read_timeout_s: float = 5.0,
+    keepalive_s: float = 15.0,
+    graceful_timeout_s: float = 30.0,
 ) -> str:
     return f"""
 [server]
 sse_keepalive_s = {keepalive_s}
+graceful_timeout_s = {graceful_timeout_s}
 
 [[providers]]
 name = "sim"
@@ -102,18 +107,26 @@ async def inference_rig(
     *,
     read_timeout_s: float = 5.0,
     keepalive_s: float = 15.0,
+    graceful_timeout_s: float = 30.0,
     credit_usd: float | None = 100.0,
     extra_toml: str | Callable[[str], str] = "",
+    stop: trio.Event | None = None,
     **env: str,
 ) -> AsyncIterator[Rig]:
     """With `credit_usd`, the org is topped up that much first (billing is on by default).
-    `extra_toml` may be a function of the upstream's URL (for providers of its own)."""
+    `extra_toml` may be a function of the upstream's URL (for providers of its own). `stop`:
+    see `running_gateway`."""
     async with trio.open_nursery() as nursery:
         upstream: UpstreamServer = await nursery.start(partial(serve_upstream))
-        toml = inference_toml(upstream.url, read_timeout_s=read_timeout_s, keepalive_s=keepalive_s)
+        toml = inference_toml(
+            upstream.url,
+            read_timeout_s=read_timeout_s,
+            keepalive_s=keepalive_s,
+            graceful_timeout_s=graceful_timeout_s,
+        )
         toml += extra_toml(upstream.url) if callable(extra_toml) else extra_toml
         config = gateway_config(database_url, tmp_path, toml=toml, **env)
-        async with running_gateway(config) as gw:
+        async with running_gateway(config, stop=stop) as gw:
             r = await gw.client.post("/v1/keys", json={"name": "all"}, headers=gw.auth())
             if credit_usd is not None:
                 topup = await gw.client.post(

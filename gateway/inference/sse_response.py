@@ -7,8 +7,9 @@ import trio
 
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.responses import Headers
-from protocol.sse import KEEPALIVE
+from protocol.sse import DONE, KEEPALIVE
 
+_ERROR_FRAME = b'data: {"error":'  # a broken stream's last frame before `[DONE]`
 _SSE_HEADERS: Headers = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -25,8 +26,9 @@ async def start_sse(scope: Scope, send: Send, extra: Headers) -> None:
 
 class Pump:
     """Moves frames from the relay's channel to the client. `frames_sent` (data frames
-    written to the client) stays readable after a cancellation (the client left), so what was
-    relayed can be accounted."""
+    written to the client, less the end's `[DONE]` and error frame: the relayed content for
+    an estimate) stays readable after a cancellation (the client left), so what was relayed
+    can be accounted."""
 
     def __init__(self, send: Send, keepalive_s: float) -> None:
         self._send = send
@@ -57,8 +59,14 @@ class Pump:
                         ended = True  # the end of the body goes in that write too
                         break
                 body = batch[0] if len(batch) == 1 else b"".join(batch)
+                frames_in = body.count(b"data: ")
+                if body.endswith(DONE):
+                    # The end marker ends the body, in the same write: a client may leave as
+                    # soon as it read it, and its stream was whole (no 499 for it).
+                    ended = True
+                    frames_in -= 1 + body.count(_ERROR_FRAME)  # not content
                 await send({"type": "http.response.body", "body": body, "more_body": not ended})
-                self.frames_sent += body.count(b"data: ")
+                self.frames_sent += frames_in
             if not ended:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -1,7 +1,9 @@
 """Relaying one upstream stream to the client as SSE, shared by chat completions and
 responses: the relay (actors/relay.py) reads and translates the upstream, a `Pump` writes the
 frames, and a client that leaves cancels both. An upstream failure before any byte was sent is
-the client's JSON error; after that the frame source ends the stream its own way."""
+the client's JSON error; after that the frame source ends the stream its own way. A stream the
+relays cut because the server is shutting down (actors/relay.py) is noted on the request: its
+log line and `completion.error` say 503 `server_shutting_down`."""
 
 from __future__ import annotations
 
@@ -10,12 +12,19 @@ from functools import partial
 
 import trio
 
-from actors.relay import CHANNEL_CAPACITY, FrameSource
+from actors.relay import (
+    CHANNEL_CAPACITY,
+    SHUTDOWN_CODE,
+    SHUTDOWN_MESSAGE,
+    SHUTDOWN_TYPE,
+    FrameSource,
+)
 from actors.upstream import UpstreamClient, UpstreamError
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
 from gateway.inference.upstream_errors import upstream_failure
+from gateway.web.context import RequestContext
 
 
 async def relay_to_client(
@@ -40,7 +49,7 @@ async def relay_to_client(
         send_ch, relayed = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
         try:
             await streams.start(
-                partial(deps.relays.relay, api_key=call.own_key),
+                partial(deps.relays.relay, api_key=call.own_key, on_cut=partial(_cut, call.ctx)),
                 client,
                 path,
                 upstream_body,
@@ -61,6 +70,13 @@ async def relay_to_client(
         streams.cancel_scope.cancel()
     if failure is not None:
         raise await upstream_failure(call, deps, failure) from None
+
+
+def _cut(ctx: RequestContext) -> None:
+    """The stream was ended because the server is shutting down: logged as such (503, the
+    code of the error frame the client got), whatever was sent on the wire."""
+    ctx.note_error(SHUTDOWN_TYPE, SHUTDOWN_CODE, SHUTDOWN_MESSAGE)
+    ctx.logged_status = 503
 
 
 async def _hold_last(

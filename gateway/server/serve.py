@@ -2,8 +2,9 @@
 Trio worker), signals, graceful stop, workers.
 
 Stop sequence on SIGINT/SIGTERM: stop accepting, let in-flight requests and streams finish for
-up to `server.graceful_timeout_s`, cancel what is left, stop the actors (they flush), close
-storage, exit 0. A second signal cancels at once.
+up to `server.graceful_timeout_s` (streams still running shortly before it ends get an error
+frame and `[DONE]`: server/stream_cutoff.py), cancel what is left, stop the actors (they flush),
+close storage, exit 0. A second signal cancels at once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gateway.config import Config, ServerConfig
 from gateway.operations.routes import ALONE, Worker
 from gateway.runtime import Runtime, open_runtime
 from gateway.server.http1 import Http1Server
+from gateway.server.stream_cutoff import cut_streams_when_late
 from gateway.web import Routes
 
 log = logging.getLogger("gateway.server")
@@ -81,6 +83,12 @@ async def serve_instance(
         app = create_app(runtime, extra_routes, worker)
         if sockets is None and worker.count > 1:
             sockets = reuseport_sockets(server, worker.count)
+        drain_began = trio.Event()
+
+        async def trigger() -> None:
+            await shutdown_trigger()
+            drain_began.set()
+
         async with trio.open_nursery() as nursery:
             if server.http_server == "hypercorn":
                 run = partial(
@@ -88,12 +96,20 @@ async def serve_instance(
                     ASGIWrapper(app),
                     hypercorn_config(server),
                     sockets=sockets,
-                    shutdown_trigger=shutdown_trigger,
+                    shutdown_trigger=trigger,
                 )
             else:
                 http1 = Http1Server(app, server)
-                run = partial(http1.serve, await _listeners(server, sockets), shutdown_trigger)
-            urls = await nursery.start(run)
+                run = partial(http1.serve, await _listeners(server, sockets), trigger)
+
+            async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+                await run(task_status=task_status)
+                nursery.cancel_scope.cancel()  # drained: no stream left to cut
+
+            nursery.start_soon(
+                cut_streams_when_late, drain_began, runtime.relays, server.graceful_timeout_s
+            )
+            urls = await nursery.start(serving)
             task_status.started(Served(urls, runtime))
 
 

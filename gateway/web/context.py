@@ -28,6 +28,9 @@ class RequestContext:
     completion_tokens: int | None = None
     status: int | None = None
     response_complete: bool = False
+    # Logged (access log, metrics, events) instead of the status sent: 503 for a stream the
+    # server ended because it was shutting down (its head had said 200).
+    logged_status: int | None = None
     stream: bool = False  # an SSE answer was asked for
     error_type: str | None = None  # the APIError answered (or mapped, once the response began)
     error_code: str | None = None

@@ -2,9 +2,11 @@
 
 It sees every request, including unknown routes, errors and client disconnects, because it
 wraps the whole app. A request whose response never completed (the client went away first)
-is logged with status 499. Nothing here reads headers or bodies: no secret can reach the log.
-Observers (`on_finish`) see each finished request's context, final status and duration: that
-is where `completion.*` events are made (gateway/inference/completion_events.py).
+is logged with status 499 (code `client_closed_request`); a route may set the status to log
+instead of the one sent (`logged_status`: a stream cut by shutdown is 503). Nothing here reads
+headers or bodies: no secret can reach the log. Observers (`on_finish`) see each finished
+request's context, final status and duration: that is where `completion.*` events are made
+(gateway/inference/completion_events.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from protocol.ids import new_id
 
 access_log = logging.getLogger("gateway.access")
 CLIENT_CLOSED = 499
+CLIENT_CLOSED_CODE = "client_closed_request"
 REQUEST_ID_HEADER = b"x-request-id"
 # Called once per finished HTTP request with its context, final status and seconds taken;
 # must not block (it runs in the request's task, after the response).
@@ -85,6 +88,8 @@ class RequestMiddleware:
     def _finish(self, ctx: RequestContext) -> None:
         seconds = time.perf_counter() - ctx.started
         status = ctx.status if ctx.response_complete and ctx.status else CLIENT_CLOSED
+        if ctx.logged_status is not None:
+            status = ctx.logged_status
         route = ctx.route or "unmatched"
         self._metrics.observe_request(ctx.method, route, status, seconds)
         for observer in self._on_finish:
@@ -101,6 +106,7 @@ class RequestMiddleware:
                         "route": route,
                         "path": redact(ctx.path),
                         "status": status,
+                        "code": _code(ctx, status),
                         "latency_ms": round(seconds * 1000, 3),
                         "org_id": ctx.org_id,
                         "key_id": ctx.key_id,
@@ -112,3 +118,12 @@ class RequestMiddleware:
                     separators=(",", ":"),
                 )
             )
+
+
+def _code(ctx: RequestContext, status: int) -> str | None:
+    """The error code a request ended with (what the client was answered), or null."""
+    if status < 400:
+        return None
+    if ctx.error_code is None and status == CLIENT_CLOSED:
+        return CLIENT_CLOSED_CODE
+    return ctx.error_code
