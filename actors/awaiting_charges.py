@@ -46,7 +46,7 @@ class AwaitingCharges:
         for request_id in list(self._by_request):
             waiting = self._by_request[request_id]
             if waited_since is not None and waited_since - waiting[0][2] < LIMIT_S:
-                continue
+                break  # in the order settled: the rest are younger still
             del self._by_request[request_id]
             for charge, settlement, _ in waiting:
                 yield charge, settlement

@@ -116,3 +116,21 @@ async def test_a_retried_flush_writes_the_event_once(storage: Storage) -> None:
     await acc.flush()
     assert await stored(storage, org) == (1, [charge.request_id])
     assert await storage.ledger.sum_rows(org) == 993
+
+
+async def test_only_charges_past_the_limit_stop_waiting(
+    storage: Storage, mock_clock: trio.testing.MockClock
+) -> None:
+    org = await funded(storage)
+    acc = Accountant(storage.ledger, storage.orgs)
+    old, young = usage_charge(org, 1), usage_charge(org, 2)
+    young.request_id = "req_young"
+    acc.settle(await acc.reserve(org, 10), old, awaits_event=True)
+    mock_clock.jump(LIMIT_S / 2)
+    acc.settle(await acc.reserve(org, 10), young, awaits_event=True)
+    mock_clock.jump(LIMIT_S / 2)
+    await acc.flush_due()
+    assert await storage.ledger.sum_rows(org) == 999  # the older one alone
+    assert acc.request_ended("req_young", success(young))
+    await acc.flush_due()
+    assert await stored(storage, org) == (2, ["req_young"])
