@@ -11,6 +11,11 @@ lock as the flushes, so a re-read never misses or double-counts a batch.
 A crash between settle and flush loses at most the unflushed batch (those requests go unbilled);
 a flush that fails is retried with the same transaction ids, skipping the ones already stored,
 so a batch is never charged twice (docs/billing.md).
+
+A charge settled for a request still answering (`awaits_event`) waits for the request's end
+(`request_ended`), where its `completion.*` event, if one is made, joins it: the flush writes
+both in one transaction, so a billed request's event is never lost without its charge
+(actors/awaiting_charges.py).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from actors.awaiting_charges import AwaitingCharges
 from actors.base import Actor
 from actors.charge_credit import credit_id, refund_unless_credited
 from actors.errors import RedisUnavailable
@@ -34,6 +40,7 @@ from actors.throttled_log import ThrottledWarning
 from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
 from protocol.payments import PaymentDeclined, PaymentProcessor
 from protocol.timefmt import now_us
+from storage.events import NewEvent
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.orgs import OrgRepository
 
@@ -159,6 +166,7 @@ class Accountant(Actor):
         self._keys: dict[str, KeyView] = {}
         self._exhausted_noted: set[tuple[str, str]] = set()
         self._queue = _Queue()
+        self._awaiting = AwaitingCharges()  # settled, waiting for their request's end
         self._lock = trio.Lock()  # flushes, balance reads and credits: one at a time
         self._wake = trio.Event()
         self._payments = payments
@@ -175,6 +183,7 @@ class Accountant(Actor):
         return {
             "orgs": len(self._views),
             "queued": len(self._queue.charges),
+            "awaiting_request_end": len(self._awaiting),
             "reserved": s.reserved,
             "refused": s.refused,
             "settled": s.settled,
@@ -311,15 +320,21 @@ class Accountant(Actor):
         self._exhausted_noted.add(mark)
         await self._ledger.note_exhausted(org_id, exc.budget, exc.period, exc.cap, exc.committed)
 
-    def settle(self, reservation: Reservation, charge: UsageCharge | None) -> None:
-        """Release the reservation and queue the actual charge (None: nothing to bill)."""
+    def settle(
+        self, reservation: Reservation, charge: UsageCharge | None, *, awaits_event: bool = False
+    ) -> None:
+        """Release the reservation and queue the actual charge (None: nothing to bill). With
+        `awaits_event`, the charge is written once its request ended (`request_ended`), with
+        the request's completion event, or after `AwaitingCharges.LIMIT_S` without it."""
         if not reservation.open:
             return
         reservation.open = False
         if reservation.shared:
-            self._settle_shared(reservation, charge)
+            in_redis = self._settle_shared(reservation, charge)
             if charge is not None:
-                self._queue_charge(charge)
+                self._queue_charge(charge, in_redis, awaits_event)
+            else:
+                self._shared_queue.append(in_redis)
             return
         view = self._views.get(reservation.org_id)
         if view is not None:
@@ -332,27 +347,51 @@ class Accountant(Actor):
             if charge is not None:
                 for label in _labels(charge.created_at):
                     key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
+        settlement: Settlement | None = None
         if reservation.here is not None:  # admitted on this view: Redis must count it too
-            self._shared_queue.append(
-                Settlement(
-                    reservation.org_id,
-                    reservation.key_id,
-                    reservation.micros,
-                    0 if charge is None else charge.micros,
-                    now_us() if charge is None else charge.created_at,
-                    here=reservation.here,
-                )
+            settlement = Settlement(
+                reservation.org_id,
+                reservation.key_id,
+                reservation.micros,
+                0 if charge is None else charge.micros,
+                now_us() if charge is None else charge.created_at,
+                here=reservation.here,
             )
         if charge is not None:
-            self._queue_charge(charge)
+            self._queue_charge(charge, settlement, awaits_event)
+        elif settlement is not None:
+            self._shared_queue.append(settlement)
 
-    def _queue_charge(self, charge: UsageCharge) -> None:
+    def _queue_charge(
+        self, charge: UsageCharge, settlement: Settlement | None, awaits_event: bool = False
+    ) -> None:
+        if awaits_event:  # its Redis settlement waits too: never before the row is stored
+            self.stats.settled += 1
+            self._awaiting.add(charge, settlement, trio.current_time())
+            return
+        self._enqueue(charge, settlement)
         self.stats.settled += 1
+
+    def _enqueue(self, charge: UsageCharge, settlement: Settlement | None) -> None:
+        if settlement is not None:
+            self._shared_queue.append(settlement)
         self._queue.charges.append(charge)
         if len(self._queue.charges) >= self._batch_size:
             self._wake.set()
 
-    def _settle_shared(self, reservation: Reservation, charge: UsageCharge | None) -> None:
+    def request_ended(self, request_id: str, event: NewEvent | None) -> bool:
+        """The request whose charge awaits its end has ended: queue the charge with `event`
+        (its completion event, or None) for the next flush. False when no charge of the
+        request awaits here (not billed, or written already): the caller writes the event."""
+        waiting = self._awaiting.pop(request_id)
+        if not waiting:
+            return False
+        for charge, settlement in waiting:
+            charge.event, event = event, None  # the request's one event, with its first charge
+            self._enqueue(charge, settlement)
+        return True
+
+    def _settle_shared(self, reservation: Reservation, charge: UsageCharge | None) -> Settlement:
         charged = 0 if charge is None else charge.micros
         view = self._views.get(reservation.org_id)
         if view is not None:
@@ -361,16 +400,14 @@ class Accountant(Actor):
         if key_view is not None and charge is not None:  # as `_flushed_keys` takes it off
             for label in _labels(charge.created_at):
                 key_view.pending[label] = key_view.pending.get(label, 0) + charged
-        self._shared_queue.append(
-            Settlement(
-                org_id=reservation.org_id,
-                key_id=reservation.key_id,
-                held=reservation.micros,
-                charged=charged,
-                created_at=now_us() if charge is None else charge.created_at,
-            )
-        )
         self._wake.set()  # holds in Redis block other instances until settled: do not wait
+        return Settlement(
+            org_id=reservation.org_id,
+            key_id=reservation.key_id,
+            held=reservation.micros,
+            charged=charged,
+            created_at=now_us() if charge is None else charge.created_at,
+        )
 
     async def credit(
         self, org_id: str, type: str, micros: int, description: str, *, id: str | None = None
@@ -495,7 +532,7 @@ class Accountant(Actor):
                     with trio.move_on_after(self._flush_interval_s):
                         await self._wake.wait()
                     self._wake = trio.Event()
-                    if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):
+                    if not await flush_shielded(self.flush_due, _FLUSH_LIMIT_S):
                         log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
             self._tasks = None
@@ -505,7 +542,7 @@ class Accountant(Actor):
                 log.error(
                     "the final flush took over %s s: %d usage charges were not written",
                     _FLUSH_LIMIT_S,
-                    len(self._queue.charges),
+                    len(self._queue.charges) + len(self._awaiting),
                 )
 
     async def _heartbeats(self, shared: SharedHolds) -> None:
@@ -518,15 +555,25 @@ class Accountant(Actor):
             await trio.sleep(HEARTBEAT_S)
 
     async def flush(self) -> None:
-        """Write everything queued so far in one transaction. On failure the batch stays
-        queued (in order) and is retried on the next flush. Then, with Redis, count the
-        written charges and release their holds there (after the database has them: a value
-        read from it meanwhile can only count a charge twice, never miss it)."""
-        await self._flush_shared(await self._flush_usage())
+        """Write everything settled so far in one transaction, charges still awaiting their
+        request's end included (their events, if any, then go to the event writer). On
+        failure the batch stays queued (in order) and is retried on the next flush. Then,
+        with Redis, count the written charges and release their holds there (after the
+        database has them: a value read from it meanwhile can only count a charge twice,
+        never miss it)."""
+        await self._flush_shared(await self._flush_usage(everything=True))
 
-    async def _flush_usage(self) -> list[Settlement]:
+    async def flush_due(self) -> None:
+        """The loop's flush: as `flush`, but charges awaiting their request's end wait for it
+        (up to `awaiting_charges.LIMIT_S`)."""
+        await self._flush_shared(await self._flush_usage(everything=False))
+
+    async def _flush_usage(self, *, everything: bool) -> list[Settlement]:
         """The usage write; returns the Redis settlements whose charges are now stored."""
         async with self._lock:
+            now = None if everything else trio.current_time()
+            for charge, settlement in self._awaiting.take(waited_since=now):
+                self._enqueue(charge, settlement)
             shared, self._shared_queue = self._shared_queue, []
             queue = self._queue
             if not queue.charges:

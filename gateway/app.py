@@ -126,6 +126,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         | responses.COMPLETION_ROUTES
         | {rerank.RERANK_PATH},
         runtime.config.webhooks.completion_success_sample_rate,
+        accountant=runtime.accountant,
     )
     return RequestMiddleware(
         app, runtime.metrics, log_requests=server.access_log, on_finish=(completions.finished,)

@@ -92,6 +92,9 @@ class UsageCharge:
     description: str
     created_at: int
     budget: KeyBudget | None = None  # the key's caps, for budget.threshold events
+    # The request's `completion.*` event, when one was made: written in the same transaction
+    # as the row, so a billed request's event commits with its charge or neither does.
+    event: events.NewEvent | None = None
 
 
 def _account(row: Row) -> Account:
@@ -198,10 +201,12 @@ class LedgerRepository:
 
     async def settle(self, charges: Sequence[UsageCharge], *, skip_stored: bool = False) -> Settled:
         """Write a batch of usage charges in one transaction: one balance update per org, a
-        row per charge, the keys' day and month spend, and the budget.threshold events the
-        batch crossed (once per key, period and threshold).
+        row per charge, the charges' completion events (in the batch's order), the keys' day
+        and month spend, and the budget.threshold events the batch crossed (once per key,
+        period and threshold).
         `skip_stored` (a retry after a failure whose outcome is unknown) leaves out charges
-        whose rows exist already, so nothing is charged twice."""
+        whose rows exist already, so nothing is charged twice; their events, written in the
+        same transaction as the rows, are left out with them."""
         balances: dict[str, int] = {}
         due: set[str] = set()
         async with self._db.transaction() as tx:
@@ -233,6 +238,9 @@ class LedgerRepository:
                     rows.append(_usage_values(c, after))
             # Plain tuples, in bulk: a flush costs a few µs a row (docs/performance.md).
             await tx.insert_many("transactions", _COLUMNS, rows)
+            completions = [c.event for c in charges if c.event is not None]
+            if completions:
+                await events.append_many(tx, completions)
             spend = await add_key_spend(tx, charges)
         return Settled(balances, spend, frozenset(due))
 

@@ -139,7 +139,9 @@ class Bill:
             now,
             self._budget,
         )
-        self._accountant.settle(self._reservation, charge)
+        # Written when the request ends, with its completion event (gateway/inference/
+        # completion_events.py): the request middleware's finish step releases it.
+        self._accountant.settle(self._reservation, charge, awaits_event=True)
         return micros
 
     def close(self) -> None:

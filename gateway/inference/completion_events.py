@@ -1,6 +1,9 @@
 """`completion.error` and `completion.success` events, made from each finished inference
-request's context (a request middleware observer, gateway/web/middleware.py) and handed to the
-event writer (actors/event_writer.py), which writes them in batches: no commit per request.
+request's context (a request middleware observer, gateway/web/middleware.py). A billed
+request's event joins its charge, which waits in the accountant for the request's end: the
+usage flush writes both in one transaction (actors/awaiting_charges.py). Other events (errors
+not billed) go to the event writer (actors/event_writer.py). Both write in batches: no commit
+per request.
 
 Only requests that were authenticated count (the org and key are known): an unauthenticated 401
 has no org to tell. Every 4xx/5xx answer is an error event, a client that left before the
@@ -15,9 +18,10 @@ import random
 from collections.abc import Callable, Collection
 from typing import Any
 
+from actors.accountant import Accountant
 from actors.event_writer import EventWriter
 from gateway.web.context import RequestContext
-from storage.events import new_event
+from storage.events import NewEvent, new_event
 
 COMPLETION_ERROR, COMPLETION_SUCCESS = "completion.error", "completion.success"
 CLIENT_CLOSED = 499
@@ -35,23 +39,32 @@ class CompletionEvents:
         routes: Collection[str],
         success_sample_rate: float,
         *,
+        accountant: Accountant | None = None,
         draw: Callable[[], float] = random.random,
     ) -> None:
         self._writer = writer
+        self._accountant = accountant  # holds billed requests' charges until they end
         self._routes = frozenset(routes)
         self._rate = success_sample_rate
         self._draw = draw  # uniform in [0, 1): rate 1.0 keeps every success, 0 none
 
     def finished(self, ctx: RequestContext, status: int, seconds: float) -> None:
-        """The middleware's observer: at most one event for the request, never waiting."""
+        """The middleware's observer: at most one event for the request, never waiting. Every
+        request's end releases its charge, if one awaits it, event or not."""
+        event = self._event(ctx, status, seconds)
+        if self._accountant is not None and self._accountant.request_ended(ctx.request_id, event):
+            return  # written with its charge
+        if event is not None:
+            self._writer.offer(event)
+
+    def _event(self, ctx: RequestContext, status: int, seconds: float) -> NewEvent | None:
         if ctx.route not in self._routes or ctx.org_id is None:
-            return
+            return None
         if status >= 400:
-            data = error_data(ctx, status, seconds)
-            self._writer.offer(new_event(ctx.org_id, COMPLETION_ERROR, data))
-        elif self._rate > 0 and self._draw() < self._rate:
-            data = success_data(ctx, status, seconds)
-            self._writer.offer(new_event(ctx.org_id, COMPLETION_SUCCESS, data))
+            return new_event(ctx.org_id, COMPLETION_ERROR, error_data(ctx, status, seconds))
+        if self._rate > 0 and self._draw() < self._rate:
+            return new_event(ctx.org_id, COMPLETION_SUCCESS, success_data(ctx, status, seconds))
+        return None
 
 
 def _common(ctx: RequestContext, status: int, seconds: float) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import coredis
 import pytest
 import trio
+import trio.testing
 
 from actors.accountant import (
     Accountant,
@@ -157,3 +158,27 @@ async def test_an_unreachable_redis_falls_back_to_this_instances_view(
         acc.settle(held, charge(org, 60))
         await acc.flush()
     assert (await storage.ledger.account(org)).balance_micros == 40
+
+
+async def test_a_charge_awaiting_its_request_keeps_its_redis_hold_until_written(
+    storage: Storage,
+    clients: tuple[coredis.Redis[bytes], coredis.Redis[bytes], str],
+    mock_clock: trio.testing.MockClock,  # frozen: the charge never waits past its limit
+) -> None:
+    one, two, prefix = clients
+    org = (await storage.orgs.create("acme")).id
+    await storage.ledger.apply(org, TOPUP, 1_000, "top-up")
+    first, second = (
+        Accountant(storage.ledger, storage.orgs, shared=SharedHolds(c, prefix=prefix))
+        for c in (one, two)
+    )
+    billed = charge(org, 100)
+    first.settle(await first.reserve(org, 600), billed, awaits_event=True)
+    await first.flush_due()  # the request has not ended: neither the row nor Redis changes
+    assert await storage.ledger.sum_rows(org) == 1_000
+    with pytest.raises(InsufficientCredits):
+        await second.reserve(org, 500)  # the 600 still held in Redis
+    assert first.request_ended(billed.request_id, None)
+    await first.flush_due()
+    assert await storage.ledger.sum_rows(org) == 900
+    assert (await second.reserve(org, 800)).micros == 800  # settled there after the row

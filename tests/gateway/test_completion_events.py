@@ -14,7 +14,7 @@ import trio
 
 from storage.events import Event
 from tests.inference import Rig, inference_rig, open_raw_stream
-from tests.waiting import wait_until
+from tests.waiting import wait_until, wait_until_async
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 BODY = {"model": "small", "messages": MESSAGES, "max_tokens": 5}
@@ -31,7 +31,9 @@ async def rig(database_url: str, tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 async def completion_events(rig: Rig, type: str | None = None) -> list[Event]:
-    """The org's completion.* events, once everything offered so far is written."""
+    """The org's completion.* events, once everything offered so far is written: billed
+    requests' events with their charges (the accountant's flush), others by the event writer."""
+    await rig.gateway.runtime.accountant.flush()
     await rig.gateway.runtime.event_writer.flush()
     stored = await rig.gateway.runtime.storage.events.list_for_org(rig.gateway.org_id, limit=10_000)
     kinds = (type,) if type else ("completion.error", "completion.success")
@@ -134,8 +136,11 @@ async def test_a_client_that_leaves_is_one_499_error_event(rig: Rig) -> None:
     rig.upstream.behavior.completion_tokens = 1000
     stream = await open_raw_stream(rig, {**BODY, "stream": True, "max_tokens": 1000}, frames=3)
     await stream.aclose()
-    writer = rig.gateway.runtime.event_writer
-    await wait_until(lambda: writer.stats.offered > 0)
+
+    async def written() -> bool:
+        return bool(await completion_events(rig))
+
+    await wait_until_async(written)  # the request ends after the client left
     (event,) = await completion_events(rig)
     assert event.type == "completion.error"
     assert event.data["status"] == 499
@@ -187,7 +192,8 @@ async def test_many_requests_are_written_in_few_transactions(
 ) -> None:
     async with inference_rig(database_url, tmp_path, extra_toml=sampled(1.0)) as rig:
         writer = rig.gateway.runtime.event_writer
-        before = writer.stats.flushes
+        accountant = rig.gateway.runtime.accountant  # billed requests' events: with the usage
+        before = writer.stats.flushes + accountant.stats.flushes
 
         async def one() -> None:
             assert (await rig.chat(BODY)).status_code == 200
@@ -195,9 +201,34 @@ async def test_many_requests_are_written_in_few_transactions(
         async with trio.open_nursery() as nursery:
             for _ in range(100):
                 nursery.start_soon(one)
-        await wait_until(lambda: writer.stats.written >= 100)
-        flushes = writer.stats.flushes - before
-        events = await completion_events(rig, "completion.success")
-    assert len(events) == 100
+        events = rig.gateway.runtime.storage.events
+
+        async def all_written() -> bool:  # by the actors' own flushes, none asked for here
+            stored = await events.list_for_org(rig.gateway.org_id, limit=10_000)
+            return sum(e.type == "completion.success" for e in stored) >= 100
+
+        await wait_until_async(all_written)
+        flushes = writer.stats.flushes + accountant.stats.flushes - before
+        found = await completion_events(rig, "completion.success")
+    assert len(found) == 100
     assert flushes < 25, flushes  # one commit per request would be 100
     assert writer.stats.dropped == 0
+
+
+async def test_a_billed_requests_event_is_written_with_its_usage_row(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with inference_rig(database_url, tmp_path, extra_toml=sampled(1.0)) as rig:
+        runtime = rig.gateway.runtime
+        r = await rig.chat(BODY)
+        assert r.status_code == 200
+        await wait_until(lambda: runtime.accountant.statistics()["awaiting_request_end"] == 0)
+        await runtime.accountant.flush()  # the usage flush alone, not the event writer's
+        stored = await runtime.storage.events.list_for_org(rig.gateway.org_id)
+        rows, _ = await runtime.storage.ledger.list(
+            rig.gateway.org_id, type="usage", limit=10, offset=0
+        )
+    assert runtime.event_writer.stats.offered == 0
+    (event,) = [e for e in stored if e.type == "completion.success"]
+    assert event.data["request_id"] == r.headers["x-request-id"]
+    assert [row.request_id for row in rows] == [r.headers["x-request-id"]]

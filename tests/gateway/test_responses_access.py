@@ -104,6 +104,7 @@ async def test_errors_and_successes_are_completion_events(
     async with inference_rig(database_url, tmp_path, extra_toml=toml) as rig:
         await create(rig, {"model": "small", "input": "x", "tools": [{"type": "web_search"}]})
         ok = await create(rig, {"model": "small", "input": "x", "max_output_tokens": 3})
+        await rig.gateway.runtime.accountant.flush()  # a billed request's event: with its charge
         await rig.gateway.runtime.event_writer.flush()
         stored = await rig.gateway.runtime.storage.events.list_for_org(
             rig.gateway.org_id, limit=100
