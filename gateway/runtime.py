@@ -78,7 +78,7 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     master_key = load_master_key(config.master_key, config.data_dir)
     async with (
-        open_storage(config.database_url) as storage,
+        open_storage(config.database_url, timeout_s=config.database.statement_timeout_s) as storage,
         open_rate_limiter(config.redis_url) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
         open_file_store(config, storage.files, master_key) as files,
