@@ -79,6 +79,7 @@ async def serve_instance(
     server = config.server
     async with open_runtime(config) as runtime:
         app = create_app(runtime, extra_routes, worker)
+        shutdown_trigger = partial(_then_draining, shutdown_trigger, runtime)
         if sockets is None and worker.count > 1:
             sockets = reuseport_sockets(server, worker.count)
         async with trio.open_nursery() as nursery:
@@ -95,6 +96,12 @@ async def serve_instance(
                 run = partial(http1.serve, await _listeners(server, sockets), shutdown_trigger)
             urls = await nursery.start(run)
             task_status.started(Served(urls, runtime))
+
+
+async def _then_draining(trigger: Callable[[], Awaitable[None]], runtime: Runtime) -> None:
+    """`trigger`, then mark the instance not ready (/readyz 503) for the drain."""
+    await trigger()
+    runtime.readiness.set("draining", "stopping; in-flight requests finish")
 
 
 async def _listeners(server: ServerConfig, sockets: Sockets | None) -> list[trio.SocketListener]:
