@@ -18,7 +18,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from functools import partial
 from typing import Any, TypeVar
 
 import asyncpg
@@ -259,8 +258,8 @@ class PostgresDatabase(Database):
         raises); ours is a backstop a little later, so that its error is ours to log."""
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + bound + 1
-            try:
-                await self._aio(partial(self._pool.release, conn, timeout=bound))
+            try:  # not self._aio: its own bound (the same as asyncpg's) would race this one
+                await self._loop.run_aio_coroutine(self._pool.release(conn, timeout=bound))
             except Exception:  # the block's own outcome matters more
                 log.warning("postgresql: connection reset failed; dropped", exc_info=True)
         if scope.cancelled_caught:
