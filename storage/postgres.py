@@ -165,6 +165,9 @@ class PostgresDatabase(Database):
                 # never handed out again.
                 self._detach(pool.release(conn, timeout=release_s))
                 raise
+            except BaseException:
+                await pool.release(conn, timeout=release_s)
+                raise
             await pool.release(conn, timeout=release_s)
             return result
 
