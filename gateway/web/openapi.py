@@ -47,8 +47,7 @@ _STATUS_TEXT = {
     431: "Request head too large",
     500: "Internal error (logged; never detailed)",
     502: "The upstream provider failed or could not be reached",
-    503: "Unavailable (the database, an internal queue, or a master key rotated under this"
-    " instance); retry shortly",
+    503: "Unavailable (the database or an internal queue); retry shortly",
     504: "The upstream provider did not answer in time",
 }
 # Statuses any operation may answer (see the module docstring).
