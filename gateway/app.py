@@ -18,7 +18,6 @@ from gateway.images import routes as images
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
-from gateway.keyring.stale import requiring_master_key
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
 from gateway.operations.routes import ALONE, Worker
@@ -61,32 +60,6 @@ def fine_tuning_deps(runtime: Runtime) -> FineTuningDeps:
     )
 
 
-def _sealing_areas(runtime: Runtime, deps: InferenceDeps) -> list[Routes]:
-    """The API areas that seal or open secrets under the master key: 503
-    `master_key_rotated` once it was rotated under this instance (gateway/keyring/stale.py)."""
-    areas = [
-        provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
-        files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
-        images.routes(
-            ImagesDeps(
-                deps,
-                runtime.images,
-                runtime.config.public_base_url,
-                runtime.config.images.default_model,
-            )
-        ),
-        responses.routes(ResponsesDeps(deps, runtime.responses)),
-        fine_tuning.routes(fine_tuning_deps(runtime)),
-        webhooks.routes(
-            runtime.storage,
-            runtime.master_key,
-            runtime.config.webhooks,
-            runtime.webhooks.wake,
-        ),
-    ]
-    return [requiring_master_key(area, runtime.key_state) for area in areas]
-
-
 def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = ALONE) -> ASGIApp:
     """The app wrapped in the request middleware. `extra` lets tests mount routes of their own;
     `worker` says which of `--workers N` processes this is (`/v1/admin/actors` shows it)."""
@@ -112,8 +85,25 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         rerank.routes(deps),
         audio.routes(deps, server.max_audio_body_bytes),
         keys.routes(runtime.storage, runtime.auth, runtime.hasher, runtime.accountant),
+        provider_keys.routes(runtime.storage, runtime.provider_keys, runtime.upstreams),
         credits.routes(runtime.storage, runtime.accountant, runtime.payments),
-        *_sealing_areas(runtime, deps),
+        files.routes(runtime.files, runtime.storage.orgs, runtime.config.files),
+        images.routes(
+            ImagesDeps(
+                deps,
+                runtime.images,
+                runtime.config.public_base_url,
+                runtime.config.images.default_model,
+            )
+        ),
+        responses.routes(ResponsesDeps(deps, runtime.responses)),
+        fine_tuning.routes(fine_tuning_deps(runtime)),
+        webhooks.routes(
+            runtime.storage,
+            runtime.master_key,
+            runtime.config.webhooks,
+            runtime.webhooks.wake,
+        ),
         operations.routes(
             runtime.readiness, runtime.supervisor, runtime.metrics, all_operations, worker
         ),

@@ -34,7 +34,6 @@ from gateway.files import FileStore, open_file_store
 from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
-from gateway.keyring.stale import KeyringWatcher, MasterKeyState, guarded_box
 from gateway.operations.metrics import Metrics
 from gateway.operations.readiness import Readiness
 from gateway.provider_keys.resolver import ProviderKeyResolver
@@ -68,7 +67,6 @@ class Runtime:
     responses: ResponseStore  # stored responses (the conversation of `previous_response_id`)
     fine_tuning: FineTuningWatcher  # follows fine-tuning jobs at their providers
     readiness: Readiness  # /livez, /readyz: named reasons other code may set
-    key_state: MasterKeyState  # whether the master key was rotated under this instance
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -94,10 +92,8 @@ async def open_runtime(
         await nursery.start(supervisor.run)
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
         auth = Authenticator(storage, hasher, note_use=last_used.note)
-        readiness = Readiness(supervisor)
-        key_state = MasterKeyState(master_key)  # a rotation seen: 503 where the key is needed
         provider_keys = ProviderKeyResolver(
-            storage.provider_keys, guarded_box(master_key, PROVIDER_KEYS, key_state)
+            storage.provider_keys, SecretBox.for_purpose(master_key, PROVIDER_KEYS)
         )
 
         def credentials_changed() -> None:  # a key or a provider key changed somewhere
@@ -105,14 +101,6 @@ async def open_runtime(
             provider_keys.invalidate_all()
 
         await supervisor.start(last_used)
-        await supervisor.start(
-            KeyringWatcher(
-                storage.keyring,
-                key_state,
-                lambda detail: readiness.set("master_key", detail),
-                interval=cache_poll_interval,
-            )
-        )
         await supervisor.start(
             CredentialEpochWatcher(storage.keys, credentials_changed, interval=cache_poll_interval)
         )
@@ -192,8 +180,7 @@ async def open_runtime(
                 images,
                 responses,
                 fine_tuning,
-                readiness,
-                key_state,
+                Readiness(supervisor),
             )
         finally:
             nursery.cancel_scope.cancel()

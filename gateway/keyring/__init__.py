@@ -3,8 +3,6 @@
 unlock.py  `unlock`: the pepper, the key's id and creation time, or WrongMasterKey (a clear
            message, not a failed decryption later); the master key's age gauge
 rotate.py  `rotate_master_key`: every sealed value and the keyring under a new master key
-stale.py   a rotation made while this instance runs: noticed, /readyz 503, and 503
-           `master_key_rotated` where the key is needed, until a restart
 """
 
 from gateway.keyring.unlock import Keyring, WrongMasterKey, register_age_gauge, unlock
