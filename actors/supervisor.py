@@ -204,6 +204,14 @@ class Supervisor(Actor):
             children=tuple(self._snapshot_child(c) for c in self._children.values()),
         )
 
+    def running(self) -> bool:
+        """True between `run()` reporting ready and its end."""
+        return self._nursery is not None
+
+    def failed(self) -> list[Actor]:
+        """The direct children past their restart limit ("failed")."""
+        return [c.actor for c in self._children.values() if c.state == "failed"]
+
     def all_running(self) -> bool:
         """True when this supervisor runs and every child, recursively, is "running"."""
         if self._nursery is None:

@@ -107,7 +107,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
             runtime.webhooks.wake,
         ),
         operations.routes(
-            runtime.storage.db, runtime.supervisor, runtime.metrics, all_operations, worker
+            runtime.readiness, runtime.supervisor, runtime.metrics, all_operations, worker
         ),
         *extra,
     ]

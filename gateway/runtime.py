@@ -35,6 +35,7 @@ from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
 from gateway.operations.metrics import Metrics
+from gateway.operations.readiness import Readiness
 from gateway.provider_keys.resolver import ProviderKeyResolver
 from gateway.responses.store import ResponseStore
 from protocol.credentials import CredentialHasher
@@ -65,6 +66,7 @@ class Runtime:
     images: ImageStore  # generated images kept for their `url` (in the files' blob store)
     responses: ResponseStore  # stored responses (the conversation of `previous_response_id`)
     fine_tuning: FineTuningWatcher  # follows fine-tuning jobs at their providers
+    readiness: Readiness  # /livez, /readyz: named reasons other code may set
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -78,7 +80,7 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     master_key = load_master_key(config.master_key, config.data_dir)
     async with (
-        open_storage(config.database_url) as storage,
+        open_storage(config.database_url, timeout_s=config.database.statement_timeout_s) as storage,
         open_rate_limiter(config.redis_url) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
         open_file_store(config, storage.files, master_key) as files,
@@ -186,6 +188,7 @@ async def open_runtime(
                 images,
                 responses,
                 fine_tuning,
+                Readiness(supervisor),
             )
         finally:
             nursery.cancel_scope.cancel()

@@ -59,6 +59,9 @@ def insert_sql(
 
 class Database(Executor):
     dialect: str  # "sqlite" or "postgresql"
+    # Every call's bound in seconds (`[database] statement_timeout_s`): past it the call raises
+    # StorageUnavailable. None: unbounded (migrations, which may run long).
+    timeout_s: float | None = None
 
     @abc.abstractmethod
     def transaction(self) -> AbstractAsyncContextManager[Executor]: ...

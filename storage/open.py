@@ -70,25 +70,37 @@ def sqlite_path(url: str) -> str:
 
 @asynccontextmanager
 async def open_database(
-    url: str, *, server_settings: dict[str, str] | None = None
+    url: str,
+    *,
+    server_settings: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> AsyncIterator[Database]:
-    """The database behind `url`; closed when the block exits."""
+    """The database behind `url`; closed when the block exits. `timeout_s` bounds every call
+    (Database.timeout_s), the first connect included."""
     if url.startswith("sqlite:///"):
-        db = open_sqlite(sqlite_path(url))
+        db = open_sqlite(sqlite_path(url), timeout_s=timeout_s)
         try:
             yield db
         finally:
             await db.aclose()
     elif url.startswith(("postgresql://", "postgres://")):
-        async with open_postgres(url, server_settings=server_settings) as pg:
+        async with open_postgres(url, server_settings=server_settings, timeout_s=timeout_s) as pg:
             yield pg
     else:
         raise ValueError(f"unsupported database URL scheme: {url.split(':', 1)[0]!r}")
 
 
 @asynccontextmanager
-async def open_storage(url: str, *, apply_migrations: bool = True) -> AsyncIterator[Storage]:
-    async with open_database(url) as db:
+async def open_storage(
+    url: str, *, apply_migrations: bool = True, timeout_s: float | None = None
+) -> AsyncIterator[Storage]:
+    """Storage over `url`. Migrations run unbounded (they may take long); every later call is
+    bounded by `timeout_s`."""
+    async with open_database(url, timeout_s=timeout_s) as db:
         if apply_migrations:
-            await migrate(db)
+            db.timeout_s = None
+            try:
+                await migrate(db)
+            finally:
+                db.timeout_s = timeout_s
         yield Storage.over(db)

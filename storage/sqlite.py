@@ -4,10 +4,16 @@ All writes go through one dedicated writer thread (one connection); a process-wi
 serializes transactions on it, and `BEGIN IMMEDIATE` plus `busy_timeout` serializes writers
 across processes (`gateway serve --workers N`). Reads use a small pool of reader connections
 on Trio's worker threads, so they never queue behind a write.
+
+`timeout_s` (`[database] statement_timeout_s`) bounds the waits: SQLite's busy timeout (another
+process holding the write lock), the wait for this process's transaction lock and for a
+reader; past it a call raises StorageUnavailable. A statement already running on a thread is
+not abandoned (sqlite_thread.py): it is local work, not a wait on a peer that may never answer.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -28,18 +34,18 @@ _MAX_PARAMS = 30_000  # per statement (SQLite's limit is 32,766 since 3.32)
 _CHUNK_ROWS = (256, 64, 16, 4, 1)  # rows per insert statement, largest first
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, busy_timeout_ms: int = _BUSY_TIMEOUT_MS) -> sqlite3.Connection:
     conn = sqlite3.connect(
         path,
         check_same_thread=False,  # created here, used on the owning thread
         isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-        timeout=_BUSY_TIMEOUT_MS / 1000,
+        timeout=busy_timeout_ms / 1000,
     )
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
     return conn
 
 
@@ -129,11 +135,15 @@ def _run(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Cursor:
 class SQLiteDatabase(Database):
     dialect = "sqlite"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, timeout_s: float | None = None) -> None:
         self.path = path
-        self._writer = ConnectionThread(_connect(path), name=f"sqlite-writer:{Path(path).name}")
+        self.timeout_s = timeout_s
+        busy_ms = _BUSY_TIMEOUT_MS if timeout_s is None else max(1, round(timeout_s * 1000))
+        self._writer = ConnectionThread(
+            _connect(path, busy_ms), name=f"sqlite-writer:{Path(path).name}"
+        )
         self._tx_lock = trio.Lock()
-        self._readers = [_connect(path) for _ in range(_READERS)]
+        self._readers = [_connect(path, busy_ms) for _ in range(_READERS)]
         self._reader_limit = trio.CapacityLimiter(_READERS)
 
     def __repr__(self) -> str:
@@ -142,8 +152,22 @@ class SQLiteDatabase(Database):
     def describe(self) -> str:
         return f"sqlite ({self.path})"
 
+    @asynccontextmanager
+    async def _waiting_for(self, lock: trio.Lock | trio.CapacityLimiter) -> AsyncIterator[None]:
+        """Hold `lock`, waiting for it at most `timeout_s`."""
+        acquired = False
+        with trio.move_on_after(math.inf if self.timeout_s is None else self.timeout_s):
+            await lock.acquire()
+            acquired = True
+        if not acquired:
+            raise StorageUnavailable(f"sqlite: busy for over {self.timeout_s:g} s")
+        try:
+            yield
+        finally:
+            lock.release()
+
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._reader_limit:
+        async with self._waiting_for(self._reader_limit):
             conn = self._readers.pop()
             try:
                 return await trio.to_thread.run_sync(fn, conn)
@@ -162,7 +186,7 @@ class SQLiteDatabase(Database):
         """One write transaction. Its COMMIT or ROLLBACK is shielded without a deadline: a
         writer-thread call cannot be abandoned (module docstring of sqlite_thread), so a
         deadline could not shorten it; both are local and bounded by busy_timeout (10 s)."""
-        async with self._tx_lock:
+        async with self._waiting_for(self._tx_lock):
             await self._writer.call(lambda c: _run(c, "BEGIN IMMEDIATE", {}))
             try:
                 yield _WriterExecutor(self._writer)
@@ -184,10 +208,10 @@ class SQLiteDatabase(Database):
             conn.close()
 
 
-def open_sqlite(path: str) -> SQLiteDatabase:
+def open_sqlite(path: str, *, timeout_s: float | None = None) -> SQLiteDatabase:
     """The database at `path`; a new one is created readable by this user only (its directory
     too, and so its -wal and -shm files: storage/private_paths.py)."""
     if path != ":memory:":
         private_dir(Path(path).parent)
         private_file(Path(path))
-    return SQLiteDatabase(path)
+    return SQLiteDatabase(path, timeout_s)

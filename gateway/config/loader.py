@@ -24,6 +24,7 @@ import gateway.config.schema as schema
 from gateway.config.schema import (
     BillingConfig,
     Config,
+    DatabaseConfig,
     FilesConfig,
     FineTuningConfig,
     ImagesConfig,
@@ -323,6 +324,16 @@ def _parse_webhooks(table: _Table) -> WebhooksConfig:
     return webhooks
 
 
+def _parse_database(table: _Table) -> DatabaseConfig:
+    timeout = table.get(
+        "statement_timeout_s",
+        schema.number_in(0.01, 3600.0),
+        DatabaseConfig.statement_timeout_s,
+    )
+    table.finish()
+    return DatabaseConfig(statement_timeout_s=timeout)
+
+
 def _parse_billing(table: _Table) -> BillingConfig:
     d = BillingConfig()
     billing = BillingConfig(
@@ -482,6 +493,7 @@ def load_config(
     files = _parse_files(top.table("files"), env)
     images = _parse_images(top.table("images"), providers, models)
     fine_tuning = _parse_fine_tuning(top.table("fine_tuning"))
+    database = _parse_database(top.table("database"))
     top.finish()
 
     data_dir = _from_env(env, "GATEWAY_DATA_DIR", schema.parse_path) or data_dir
@@ -514,5 +526,6 @@ def load_config(
         files=files,
         images=images,
         fine_tuning=fine_tuning,
+        database=database,
         operator_keys=_from_env(env, "GATEWAY_OPERATOR_KEY", schema.parse_operator_keys) or (),
     )

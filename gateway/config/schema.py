@@ -216,6 +216,16 @@ class WebhooksConfig:
 
 
 @dataclass(frozen=True)
+class DatabaseConfig:
+    """`[database]`: bounds on every database call (docs/operations.md, "When the database
+    does not answer")."""
+
+    # Connect, pool acquire, each statement and COMMIT: past this the call fails (503
+    # database_unavailable, Retry-After) instead of waiting on a server that does not answer.
+    statement_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class BillingConfig:
     payment_provider: str = "test"
     # Reserve, charge and write usage to the ledger on inference requests. Off: requests are
@@ -277,6 +287,7 @@ class Config:
     files: FilesConfig = FilesConfig()
     images: ImagesConfig = ImagesConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
+    database: DatabaseConfig = DatabaseConfig()
     # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:
     # those routes are disabled.
     operator_keys: tuple[str, ...] = ()
@@ -365,6 +376,16 @@ def parse_positive_number(value: object) -> float:
         if math.isfinite(value) and value > 0:
             return float(value)
     raise InvalidValue(f"must be a finite number greater than 0, got {describe(value)}")
+
+
+def number_in(low: float, high: float) -> Callable[[object], float]:
+    def convert(value: object) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if math.isfinite(value) and low <= value <= high:
+                return float(value)
+        raise InvalidValue(f"must be a number from {low:g} to {high:g}, got {describe(value)}")
+
+    return convert
 
 
 def parse_fraction(value: object) -> float:

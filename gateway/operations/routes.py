@@ -1,4 +1,7 @@
-"""Operational routes: /healthz, /metrics, /v1/admin/actors, /openapi.json.
+"""Operational routes: /livez, /readyz (= /healthz), /metrics, /v1/admin/actors, /openapi.json.
+
+`/livez` and `/readyz` do no I/O (readiness.py says what each means): they answer at once,
+whatever the database or Redis do.
 
 `/v1/admin/actors` is instance-wide (every organization's actors, queues and errors): only the
 operator key opens it (`Auth.OPERATOR`). Each worker process of `gateway serve --workers N`
@@ -18,10 +21,10 @@ import msgspec
 
 from actors.supervisor import ActorSnapshot, Supervisor
 from gateway.operations.metrics import Metrics
+from gateway.operations.readiness import Readiness
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from gateway.web.openapi import document
 from protocol.errors import APIError
-from storage.database import Database
 
 PROMETHEUS_TEXT = b"text/plain; version=0.0.4"
 
@@ -55,8 +58,12 @@ class ActorTree(ActorSnapshot):
     hostname: str
 
 
+def _unavailable(code: str, message: str) -> APIError:
+    return APIError(503, message, type="server_error", code=code, headers={"Retry-After": "1"})
+
+
 def routes(
-    db: Database,
+    readiness: Readiness,
     supervisor: Supervisor,
     metrics: Metrics,
     all_operations: Callable[[], Sequence[Operation]],
@@ -68,26 +75,33 @@ def routes(
     @r.operation(
         Operation(
             "GET",
-            "/healthz",
-            "200 when the database answers and all actors run",
+            "/livez",
+            "200 while the process and its supervisors run (restart the process on 503)",
             "Operations",
             response=HealthStatus,
             auth=Auth.NONE,
             errors=(503,),
         )
     )
-    async def healthz(request: Request) -> Response:
-        problems: list[str] = []
-        try:
-            await db.fetchval("SELECT 1")
-        except Exception:  # any failure of the probe means "not healthy", never a 500
-            problems.append("database unreachable")
-        if not supervisor.all_running():
-            problems.append("an actor is not running")
-        if problems:
-            error = APIError(503, "; ".join(problems), type="server_error", code="unhealthy")
-            return Response(error.body(), status=503)
-        return Response(_OK)
+    async def livez(request: Request) -> Response:
+        if readiness.live():
+            return Response(_OK)
+        raise _unavailable("not_live", "a supervisor of this process is not running")
+
+    async def ready(request: Request) -> Response:
+        reasons = readiness.reasons()
+        if not reasons:
+            return Response(_OK)
+        raise _unavailable("not_ready", "not ready: " + "; ".join(reasons))
+
+    for path, summary in (
+        ("/readyz", "200 while this instance can serve inference (send it traffic)"),
+        ("/healthz", "The same as /readyz"),
+    ):
+        health = Operation(
+            "GET", path, summary, "Operations", response=HealthStatus, auth=Auth.NONE, errors=(503,)
+        )
+        r.add(health, ready)
 
     @r.operation(
         Operation(

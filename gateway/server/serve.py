@@ -81,6 +81,7 @@ async def serve_instance(
     server = config.server
     async with open_runtime(config) as runtime:
         app = create_app(runtime, extra_routes, worker)
+        shutdown_trigger = partial(_then_draining, shutdown_trigger, runtime)
         if sockets is None and worker.count > 1:
             sockets = reuseport_sockets(server, worker.count)
         drain_began = trio.Event()
@@ -111,6 +112,12 @@ async def serve_instance(
             )
             urls = await nursery.start(serving)
             task_status.started(Served(urls, runtime))
+
+
+async def _then_draining(trigger: Callable[[], Awaitable[None]], runtime: Runtime) -> None:
+    """`trigger`, then mark the instance not ready (/readyz 503) for the drain."""
+    await trigger()
+    runtime.readiness.set("draining", "stopping; in-flight requests finish")
 
 
 async def _listeners(server: ServerConfig, sockets: Sockets | None) -> list[trio.SocketListener]:

@@ -1,7 +1,9 @@
 """The one error mapping of every route, inference included, and the layer's own exceptions.
 
     APIError              its status, body and headers
-    StorageUnavailable    503 service_unavailable (server_error), Retry-After: 1; logged
+    StorageUnavailable    503 database_unavailable (server_error), Retry-After: 1; logged
+                          (the database refused, failed, or did not answer in
+                          `[database] statement_timeout_s`)
     ClientDisconnected    nothing (there is no one to answer)
     any other Exception   500 internal_error; the traceback is logged, never sent
 
@@ -37,12 +39,12 @@ def request_too_large() -> APIError:
     )
 
 
-def service_unavailable() -> APIError:
+def database_unavailable() -> APIError:
     return APIError(
         503,
-        "The service is temporarily unavailable; retry shortly.",
+        "The service is temporarily unavailable (its database is not answering); retry shortly.",
         type="server_error",
-        code="service_unavailable",
+        code="database_unavailable",
         headers={"Retry-After": "1"},
     )
 
@@ -57,7 +59,7 @@ def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
         return None
     if isinstance(exc, StorageUnavailable):
         log.error("storage unavailable on %s %s: %s", method, route, exc)
-        return service_unavailable()
+        return database_unavailable()
     log.error("unhandled error on %s %s", method, route, exc_info=exc)
     return server_error()
 

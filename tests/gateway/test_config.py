@@ -775,3 +775,18 @@ def test_images_url_lifetime(tmp_path: Path) -> None:
             load_text(tmp_path, f"[images]\nurl_lifetime_s = {bad}\n")
     with pytest.raises(ConfigError, match="lifetime"):
         load_text(tmp_path, "[images]\nlifetime = 1\n")
+
+
+def test_database_statement_timeout_defaults_and_validates(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "").database.statement_timeout_s == 10.0
+    config = load_text(tmp_path, "[database]\nstatement_timeout_s = 0.5\n")
+    assert config.database.statement_timeout_s == 0.5
+    for bad in ("0", "-1", '"5"', "true", "inf"):
+        path = write(tmp_path, f"[database]\nstatement_timeout_s = {bad}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_config(path, environ={})
+        assert_error(caught.value, str(path), "database.statement_timeout_s", "must be a number")
+    path = write(tmp_path, "[database]\ntimeout = 1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert caught.value.key == "database.timeout"

@@ -279,7 +279,7 @@ async def test_database_down_is_503_with_retry_after_everywhere(
             for r in answers:
                 assert r.status_code == 503, (r.request.url, r.text)
                 error = error_of(r)
-                assert error["code"] == "service_unavailable" and error["type"] == "server_error"
+                assert error["code"] == "database_unavailable" and error["type"] == "server_error"
                 assert r.headers["retry-after"] == "1"
                 assert "postgres" not in r.text.lower()
             assert any(

@@ -126,3 +126,12 @@ async def test_misusing_a_connection_is_a_bug_not_unavailable() -> None:
                         nursery.start_soon(tx.fetch, "SELECT pg_sleep(0.2)")
         assert raised.group_contains(asyncpg.InterfaceError, match="another operation")
         assert not raised.group_contains(StorageUnavailable)
+
+
+async def test_statement_errors_give_their_connection_back_to_the_pool() -> None:
+    async with through_forwarder() as (db, _):  # a pool of 2
+        db.timeout_s = 2.0
+        for _ in range(5):  # more failures than the pool has connections
+            with pytest.raises(asyncpg.UndefinedTableError):
+                await db.fetch("SELECT * FROM no_such_table")
+        assert await db.fetchval("SELECT 1") == 1
