@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from actors.supervisor import ActorSnapshot, Supervisor
+from gateway.keyring.watch import KeyringWatch, master_key_rotated
 from gateway.operations.metrics import Metrics
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from gateway.web.openapi import document
@@ -61,6 +62,7 @@ def routes(
     metrics: Metrics,
     all_operations: Callable[[], Sequence[Operation]],
     worker: Worker = ALONE,
+    keyring: KeyringWatch | None = None,
 ) -> Routes:
     r = Routes()
     hostname = socket.gethostname()
@@ -84,9 +86,14 @@ def routes(
             problems.append("database unreachable")
         if not supervisor.all_running():
             problems.append("an actor is not running")
+        headers = None
+        if keyring is not None and keyring.retired:  # until restarted with the new key
+            rotated = master_key_rotated(keyring.reason or "")
+            problems.append(rotated.message)
+            headers = [(k.lower().encode(), v.encode()) for k, v in rotated.headers.items()]
         if problems:
             error = APIError(503, "; ".join(problems), type="server_error", code="unhealthy")
-            return Response(error.body(), status=503)
+            return Response(error.body(), status=503, headers=headers)
         return Response(_OK)
 
     @r.operation(
