@@ -10,10 +10,12 @@ from gateway.keyring.rotate import rotate_master_key
 from storage.open import open_storage
 from tests.gateway.keys_client import create_key, error_of
 from tests.harness import Gateway, gateway_config, running_gateway
+from tests.inference import Rig, inference_rig
 from tests.waiting import wait_until_async
 
 OLD = b"o" * 32
 NEW = b"n" * 32
+OWN_KEY = "sk-org-own-key-0001"
 CONTENT = (
     b'{"messages": [{"role": "user", "content": "hi"},'
     b' {"role": "assistant", "content": "hello"}]}\n'
@@ -120,3 +122,49 @@ async def test_old_instance_notices_a_rotation_without_any_request(
         health = await gw.client.get("/healthz")
         assert "master key id" in error_of(health)["message"]
         assert health.headers.get("Retry-After")
+
+
+BYOK_BODY = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+
+
+async def _add_own_key(rig: Rig) -> None:
+    gw = rig.gateway
+    r = await gw.client.post(
+        "/v1/provider_keys", json={"provider": "sim", "api_key": OWN_KEY}, headers=gw.auth()
+    )
+    assert r.status_code == 201, r.text
+
+
+def _sent_with_own_key(rig: Rig) -> bool:
+    sent = [q for q in rig.upstream.requests if q.path == "/v1/chat/completions"]
+    return sent[-1].headers.get("authorization") == f"Bearer {OWN_KEY}"
+
+
+async def test_byok_call_after_a_rotation_is_503_not_re_enter_your_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The org's key is not cached yet: it fails to open, the instance looks, and the answer
+    is the operator's 503 rather than a message telling the tenant to re-enter the key."""
+    async with inference_rig(database_url, tmp_path, GATEWAY_MASTER_KEY=_b64(OLD)) as rig:
+        await _add_own_key(rig)
+        await _rotate(database_url)
+        _assert_rotated(await rig.chat(BYOK_BODY))
+        assert (await rig.gateway.client.get("/healthz")).status_code == 503
+
+
+async def test_cached_byok_key_is_dropped_when_the_rotation_is_noticed(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A BYOK key this instance has cached would still work: once the rotation is noticed (here
+    by a file download that fails to open), it is refused as well."""
+    async with inference_rig(database_url, tmp_path, GATEWAY_MASTER_KEY=_b64(OLD)) as rig:
+        gw = rig.gateway
+        await _add_own_key(rig)
+        file_id = await _upload(gw, rig.key)
+        before = await rig.chat(BYOK_BODY)
+        assert before.status_code == 200, before.text
+        assert _sent_with_own_key(rig)  # the org's key is in this instance's cache now
+        await _rotate(database_url)
+
+        _assert_rotated(await gw.client.get(f"/v1/files/{file_id}/content", headers=gw.auth()))
+        _assert_rotated(await rig.chat(BYOK_BODY))
