@@ -18,6 +18,7 @@ from gateway.images import routes as images
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
+from gateway.keyring.watch import WatchedBox
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
 from gateway.operations.routes import ALONE, Worker
@@ -30,6 +31,7 @@ from gateway.server.asgi import ASGIApp
 from gateway.web import BodyLimits, Operation, Routes, WebApp
 from gateway.web.middleware import RequestMiddleware
 from gateway.webhooks import routes as webhooks
+from protocol.secretbox import WEBHOOK_SECRETS
 
 
 def body_limits(server: ServerConfig) -> BodyLimits:
@@ -102,7 +104,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         fine_tuning.routes(fine_tuning_deps(runtime)),
         webhooks.routes(
             runtime.storage,
-            runtime.master_key,
+            WatchedBox(runtime.master_key, WEBHOOK_SECRETS, runtime.keyring_watch),
             runtime.config.webhooks,
             runtime.webhooks.wake,
         ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -34,12 +34,13 @@ from gateway.files import FileStore, open_file_store
 from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
+from gateway.keyring.watch import KeyringWatch, WatchedBox
 from gateway.operations.metrics import Metrics
 from gateway.operations.readiness import Readiness
 from gateway.provider_keys.resolver import ProviderKeyResolver
 from gateway.responses.store import ResponseStore
 from protocol.credentials import CredentialHasher
-from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, SecretBox
+from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS
 from storage.open import Storage, open_storage
 
 
@@ -67,6 +68,22 @@ class Runtime:
     responses: ResponseStore  # stored responses (the conversation of `previous_response_id`)
     fine_tuning: FineTuningWatcher  # follows fine-tuning jobs at their providers
     readiness: Readiness  # /livez, /readyz: named reasons other code may set
+    keyring_watch: KeyringWatch  # `retired` once a rotation made the master key an old one
+
+
+def _readiness(supervisor: Supervisor, watch: KeyringWatch) -> Readiness:
+    readiness = Readiness(supervisor)
+    # Until restarted with the new key: what needs it answers 503 master_key_rotated.
+    readiness.add_check(
+        "master_key",
+        lambda: (
+            f"this instance runs on a retired master key and must be restarted with the new"
+            f" one ({watch.reason})"
+            if watch.retired
+            else None
+        ),
+    )
+    return readiness
 
 
 async def credential_hasher(storage: Storage, master_key: bytes) -> CredentialHasher:
@@ -83,18 +100,26 @@ async def open_runtime(
         open_storage(config.database_url, timeout_s=config.database.statement_timeout_s) as storage,
         open_rate_limiter(config.redis_url) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
-        open_file_store(config, storage.files, master_key) as files,
+        open_file_store(config, storage.files, master_key) as plain_files,
         trio.open_nursery() as nursery,
     ):
         keyring = await unlock(storage.keyring, master_key)  # WrongMasterKey: a clear stop
         hasher = CredentialHasher(keyring.pepper)
         supervisor = Supervisor("root")
         await nursery.start(supervisor.run)
+        watch = KeyringWatch(
+            storage.keyring, master_key, interval=config.server.keyring_check_interval_s
+        )
+        await supervisor.start(watch)
+        # Every box under the master key refuses once the key is retired (a 503 for the operator).
+        files = replace(plain_files, box=WatchedBox(master_key, FILE_KEYS, watch))
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
         auth = Authenticator(storage, hasher, note_use=last_used.note)
         provider_keys = ProviderKeyResolver(
-            storage.provider_keys, SecretBox.for_purpose(master_key, PROVIDER_KEYS)
+            storage.provider_keys, WatchedBox(master_key, PROVIDER_KEYS, watch)
         )
+
+        watch.on_retired = provider_keys.invalidate_all  # cached provider keys: refused too
 
         def credentials_changed() -> None:  # a key or a provider key changed somewhere
             auth.invalidate_all()
@@ -123,7 +148,7 @@ async def open_runtime(
         images = ImageStore(
             storage.images,
             files.blobs,
-            SecretBox.for_purpose(master_key, FILE_KEYS),
+            WatchedBox(master_key, FILE_KEYS, watch),
             lifetime_us=config.images.url_lifetime_s * 1_000_000,
         )
         files_janitor = FilesJanitor(
@@ -131,7 +156,7 @@ async def open_runtime(
         )
         # Wall time that moves with Trio's clock: a MockClock drives retention in tests.
         responses = ResponseStore(
-            storage.responses, SecretBox.for_purpose(master_key, FILE_KEYS), WallClock().now_us
+            storage.responses, WatchedBox(master_key, FILE_KEYS, watch), WallClock().now_us
         )
         responses_janitor = ResponsesJanitor(storage.responses, responses.clock)
         fine_tuning = FineTuningWatcher(
@@ -188,7 +213,8 @@ async def open_runtime(
                 images,
                 responses,
                 fine_tuning,
-                Readiness(supervisor),
+                _readiness(supervisor, watch),
+                watch,
             )
         finally:
             nursery.cancel_scope.cancel()

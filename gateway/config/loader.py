@@ -190,6 +190,9 @@ def _parse_server(table: _Table) -> ServerConfig:
             schema.parse_positive_int,
             d.websocket_max_message_bytes,
         ),
+        keyring_check_interval_s=table.get(
+            "keyring_check_interval_s", schema.parse_positive_number, d.keyring_check_interval_s
+        ),
     )
     table.finish()
     return server

@@ -126,6 +126,8 @@ class ServerConfig:
     max_headers: int = 100  # header lines: 431 past it
     max_connections: int = 10_000  # open client connections; more wait in the backlog
     websocket_max_message_bytes: int = 1_048_576  # a larger message closes with 1009
+    # How often the keyring is checked for a rotation away from this instance's master key.
+    keyring_check_interval_s: float = 30.0
 
 
 HTTP_SERVERS = ("builtin", "hypercorn")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
+from gateway.keyring.watch import recheck_after_failure
 from gateway.web.multipart import MultipartLimits
 from protocol import blobcrypt
 from protocol.blobcrypt import BlobCorrupt, Decryptor
@@ -88,6 +89,7 @@ class FileStore:
         try:
             key = self.data_key(record)
         except SecretBoxError as exc:
+            await recheck_after_failure(self.box)  # master_key_rotated if that is why
             raise BlobCorrupt(f"data key of {record.id} does not open") from exc
         try:
             reader = await self.blobs.read(record.blob_key)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
+from gateway.keyring.watch import recheck_after_failure
 from protocol import blobcrypt
 from protocol.blobcrypt import BlobCorrupt, new_data_key
 from protocol.ids import ordered_id, random_token
@@ -80,6 +81,7 @@ class ImageStore:
         try:
             data_key = unwrap_data_key(self.box, record.data_key_sealed, (record.org_id, record.id))
         except SecretBoxError as exc:
+            await recheck_after_failure(self.box)  # master_key_rotated if that is why
             raise BlobCorrupt(f"data key of {record.id} does not open") from exc
         try:
             reader = await self.blobs.read(record.blob_key)

@@ -3,6 +3,8 @@
 unlock.py  `unlock`: the pepper, the key's id and creation time, or WrongMasterKey (a clear
            message, not a failed decryption later); the master key's age gauge
 rotate.py  `rotate_master_key`: every sealed value and the keyring under a new master key
+watch.py   `KeyringWatch`: a running instance notices its master key was rotated away (retired)
+           and refuses every use of it (`WatchedBox`, 503 `master_key_rotated`) until restarted
 """
 
 from gateway.keyring.unlock import Keyring, WrongMasterKey, register_age_gauge, unlock

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import trio
 
+from gateway.keyring.watch import recheck_after_failure
 from protocol.errors import APIError
 from protocol.provider_keys import sealing_context
 from protocol.secretbox import SecretBox, SecretBoxError
@@ -131,6 +132,7 @@ class ProviderKeyResolver:
             try:
                 api_key = self.box.open(key.sealed_key, sealing_context(org_id, provider))
             except SecretBoxError as exc:
+                await recheck_after_failure(self.box)  # master_key_rotated if that is why
                 log.error("provider key %s of org %s cannot be opened: %s", key.id, org_id, exc)
         entry = _Entry(key, api_key, trio.current_time())
         if generation == self._generation:

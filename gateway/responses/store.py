@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.keyring.watch import recheck_after_failure
 from protocol.blobcrypt import new_data_key
 from protocol.errors import server_error
 from protocol.responses.objects import ResponseObject
@@ -105,6 +106,7 @@ class ResponseStore:
             body = bytes(content.response)
             return StoredResponse(body, _decode_output(body).output, content.input)
         except (SecretBoxError, ValueError):
+            await recheck_after_failure(self._box)  # master_key_rotated if that is why
             log.exception("stored response %s does not open", record.id)
             raise server_error("The stored response could not be read.") from None
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from actors.webhooks.secrets import secret_context, webhook_box
+from actors.webhooks.secrets import secret_context
 from gateway.auth.principal import Principal
 from gateway.config.schema import WebhooksConfig
 from gateway.web import Operation, Request, Response, Routes, json_response
@@ -25,6 +25,7 @@ from protocol import errors
 from protocol.decoding import decode_json
 from protocol.ids import new_id
 from protocol.scopes import WEBHOOKS_MANAGE
+from protocol.secretbox import SecretBox
 from protocol.timefmt import now_us, to_iso
 from protocol.webhook_samples import sample_data
 from protocol.webhooks import generate_secret, secret_hint
@@ -114,9 +115,9 @@ def since_us(value: str | int | float) -> int:
     return int(seconds * 1_000_000)
 
 
-def routes(storage: Storage, master_key: bytes, config: WebhooksConfig, wake: Wake) -> Routes:
+def routes(storage: Storage, box: SecretBox, config: WebhooksConfig, wake: Wake) -> Routes:
+    """`box`: `webhook_box` of the master key (watched: gateway/keyring/watch.py)."""
     r = Routes()
-    box = webhook_box(master_key)
     repo = storage.webhooks
 
     async def owned(org_id: str, webhook_id: str) -> WebhookRecord:

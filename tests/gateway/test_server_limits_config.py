@@ -23,14 +23,16 @@ def test_defaults(tmp_path: Path) -> None:
     assert server.max_headers == 100
     assert server.max_connections == 10_000
     assert server.websocket_max_message_bytes == 1_048_576
+    assert server.keyring_check_interval_s == 30.0
 
 
 def test_values_are_read(tmp_path: Path) -> None:
     server = _load(
         tmp_path,
         "request_head_timeout_s = 2\nrequest_body_timeout_s = 0.5\nmax_head_bytes = 8192\n"
-        "max_headers = 50\nmax_connections = 64\n",
+        "max_headers = 50\nmax_connections = 64\nkeyring_check_interval_s = 5\n",
     )
+    assert server.keyring_check_interval_s == 5.0
     assert (server.request_head_timeout_s, server.request_body_timeout_s) == (2.0, 0.5)
     assert (server.max_head_bytes, server.max_headers, server.max_connections) == (8192, 50, 64)
 
@@ -47,6 +49,7 @@ def test_values_are_read(tmp_path: Path) -> None:
         ("max_connections = 0", "server.max_connections", "at least 1"),
         ("max_connections = 1.5", "server.max_connections", "integer"),
         ("websocket_max_message_bytes = 0", "server.websocket_max_message_bytes", "at least 1"),
+        ("keyring_check_interval_s = 0", "server.keyring_check_interval_s", "greater than 0"),
         ("max_conections = 5", "server.max_conections", "did you mean"),
     ],
 )
