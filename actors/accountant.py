@@ -74,7 +74,7 @@ class BudgetExceeded(Exception):
         self.period = period
         self.cap = cap
         self.committed = committed  # spent + settled-unwritten + reserved, before this request
-        self.held = held  # the reserved part of it (None: not known apart, the Redis check)
+        self.held = held  # the reserved part of it (None: not known apart)
 
 
 class InsufficientCredits(Exception):
@@ -306,7 +306,7 @@ class Accountant(Actor):
             period = day_of(now) if refusal.kind == "day" else month_of(now)
             cap = budget.daily_micros if refusal.kind == "day" else budget.monthly_micros
             assert cap is not None
-            raise BudgetExceeded(budget, period, cap, refusal.amount)
+            raise BudgetExceeded(budget, period, cap, refusal.amount, refusal.held)
         self.stats.reserved += 1
         key_id = budget.key_id if budget is not None and budget.capped else None
         return Reservation(org_id, view.plan, micros, key_id=key_id, shared=True)

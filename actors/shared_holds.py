@@ -64,7 +64,7 @@ _MS = 1000
 #       month_init, month_ttl_ms, instance, epoch
 # An init argument of "" means "not read yet": the script answers MISSING and the caller
 # retries with the stored value. A cap of -1 means no cap.
-# Replies: {0, 0} held; {1, committed} day cap; {2, committed} month cap;
+# Replies: {0, 0} held; {1, committed, held} day cap; {2, committed, held} month cap;
 #          {3, available} balance; {4, 0} missing state; {5, 0} stale epoch (reconcile first).
 _RESERVE_LUA = """
 local micros = tonumber(ARGV[1])
@@ -102,7 +102,7 @@ if #KEYS > 4 then
       local spent = value(c[1], c[3], c[4])
       if spent == nil then return {4, 0} end
       local committed = spent + kheld
-      if committed + micros > cap then return {c[5], committed} end
+      if committed + micros > cap then return {c[5], committed, kheld} end
     end
   end
 end
@@ -189,6 +189,7 @@ Op = tuple[str, str]  # (op, key)
 class Refusal:
     kind: str  # "day", "month" or "balance"
     amount: int  # committed (caps) or available (balance), before this request
+    held: int | None = None  # caps: the part of `amount` held for requests in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +330,8 @@ class SharedHolds:
             if len(keys) > 4:
                 self._holds[keys[6]] += micros
             return None
-        return Refusal({1: "day", 2: "month", 3: "balance"}[code], amount)
+        held = int(reply[2]) if len(reply) > 2 else None
+        return Refusal({1: "day", 2: "month", 3: "balance"}[code], amount, held)
 
     def _args(
         self,

@@ -100,7 +100,7 @@ async def test_a_key_budget_holds_across_instances(
     a = await first.reserve(org, 60, budget)
     with pytest.raises(BudgetExceeded) as refused:
         await second.reserve(org, 50, budget)
-    assert (refused.value.cap, refused.value.committed) == (100, 60)
+    assert (refused.value.cap, refused.value.committed, refused.value.held) == (100, 60, 60)
     first.settle(a, charge(org, 40, key="key_1"))
     await first.flush()
     assert (await second.reserve(org, 60, budget)).micros == 60  # 40 spent + 60
