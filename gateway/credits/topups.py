@@ -29,6 +29,7 @@ import trio
 
 from actors.accountant import Accountant
 from actors.charge_credit import credit_id, refund_unless_credited
+from gateway.web.idempotency import stored_response
 from protocol import errors
 from protocol.billing import MAX_TOPUP_MICROS, MIN_TOPUP_MICROS, TOPUP
 from protocol.billing_api import TopupResult
@@ -38,7 +39,7 @@ from protocol.money import micros_to_usd
 from protocol.payments import PaymentDeclined, PaymentMethod, PaymentProcessor
 from protocol.timefmt import now_us, to_iso
 from storage.errors import UniqueViolation
-from storage.idempotency import COMPLETED, IN_PROGRESS
+from storage.idempotency import COMPLETED
 from storage.ledger import Transaction
 from storage.open import Storage
 
@@ -130,19 +131,8 @@ async def _idempotent(
         await flow.compensate(charged=False)
         raise
     if not claim.won:
-        if not claim.same_request:
-            raise errors.conflict(
-                "This Idempotency-Key was used with a different top-up; use a new key.",
-                param="Idempotency-Key",
-                code="idempotency_key_reused",
-            )
-        if claim.state == IN_PROGRESS or claim.response is None:
-            raise errors.conflict(
-                "A top-up with this Idempotency-Key is still in progress.",
-                param="Idempotency-Key",
-                code="idempotency_in_progress",
-            )
-        return TopupOutcome(msgspec.json.decode(claim.response, type=TopupResult), replayed=True)
+        stored = stored_response(claim, "top-up")
+        return TopupOutcome(msgspec.json.decode(stored, type=TopupResult), replayed=True)
     result = await flow.run(method, micros)
     try:
         await storage.idempotency.finish(

@@ -25,11 +25,11 @@ from gateway.files.store import FileStore
 from gateway.files.upload import Upload
 from gateway.web import Request
 from gateway.web.errors import ClientDisconnected
-from protocol import errors
+from gateway.web.idempotency import stored_response
 from protocol.files.api import FileObject
 from protocol.timefmt import now_us
 from storage.files import FileRecord
-from storage.idempotency import COMPLETED, IN_PROGRESS, IdempotencyRepository
+from storage.idempotency import COMPLETED, IdempotencyRepository
 
 log = logging.getLogger("gateway.files")
 
@@ -89,19 +89,7 @@ async def once_per_key(
         org_id, stored_key, request_fingerprint, now_us=now_us(), ttl_us=IN_PROGRESS_TTL_US
     )
     if not claim.won:
-        if not claim.same_request:
-            raise errors.conflict(
-                "This Idempotency-Key was used with a different upload; use a new key.",
-                param="Idempotency-Key",
-                code="idempotency_key_reused",
-            )
-        if claim.state == IN_PROGRESS or claim.response is None:
-            raise errors.conflict(
-                "An upload with this Idempotency-Key is still in progress.",
-                param="Idempotency-Key",
-                code="idempotency_in_progress",
-            )
-        return msgspec.json.decode(claim.response, type=FileObject), True
+        return msgspec.json.decode(stored_response(claim, "upload"), type=FileObject), True
     try:
         file = await commit()
         await idempotency.finish(

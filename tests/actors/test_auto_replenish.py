@@ -27,21 +27,40 @@ async def any_limited(storage: Storage, org: str) -> bool:
     return bool(await limited_events(storage, org))
 
 
-async def test_flushes_below_a_threshold_no_top_up_can_reach_charge_once(
+async def replenishing(
     storage: Storage,
-) -> None:
-    # Stored directly (the API refuses it now): a threshold far above balance + amount.
-    org = await funded(storage, 6_000_000)
+    balance: int,
+    *,
+    amount: int = 20_000_000,
+    threshold: int = 5_000_000,
+) -> str:
+    """An organization funded with `balance` µ$, auto-replenish on (stored directly: the API
+    would refuse some of the settings the tests need)."""
+    org = await funded(storage, balance)
     await storage.ledger.update_settings(
         org,
         {
             "auto_replenish": True,
-            "replenish_amount_micros": 5_000_000,
-            "replenish_threshold_micros": 1_000_000_000_000_000,
+            "replenish_amount_micros": amount,
+            "replenish_threshold_micros": threshold,
         },
     )
+    return org
+
+
+def accountant(storage: Storage, payments: TestPaymentProcessor, cap: int = 3) -> Accountant:
+    return Accountant(
+        storage.ledger, storage.orgs, payments, flush_interval_s=3600, max_auto_topups_per_day=cap
+    )
+
+
+async def test_flushes_below_a_threshold_no_top_up_can_reach_charge_once(
+    storage: Storage,
+) -> None:
+    # A threshold far above balance + amount (the API refuses it now).
+    org = await replenishing(storage, 6_000_000, amount=5_000_000, threshold=1_000_000_000_000_000)
     payments = TestPaymentProcessor()
-    acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    acc = accountant(storage, payments)
     async with trio.open_nursery() as nursery:
         await nursery.start(acc.run)
         await spend(acc, org, 5, 1)  # switched on below the threshold: one top-up
@@ -64,19 +83,9 @@ async def test_top_ups_stop_at_the_daily_cap_with_one_event(
     storage: Storage, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.accountant")
-    org = await funded(storage, 6_000_000)
-    await storage.ledger.update_settings(
-        org,
-        {
-            "auto_replenish": True,
-            "replenish_amount_micros": 20_000_000,
-            "replenish_threshold_micros": 5_000_000,
-        },
-    )
+    org = await replenishing(storage, 6_000_000)
     payments = TestPaymentProcessor()
-    acc = Accountant(
-        storage.ledger, storage.orgs, payments, flush_interval_s=3600, max_auto_topups_per_day=2
-    )
+    acc = accountant(storage, payments, cap=2)
     async with trio.open_nursery() as nursery:
         await nursery.start(acc.run)
         for n in (1, 2):
@@ -99,22 +108,9 @@ async def test_top_ups_stop_at_the_daily_cap_with_one_event(
 
 
 async def test_two_instances_share_the_daily_cap(storage: Storage) -> None:
-    org = await funded(storage, 6_000_000)
-    await storage.ledger.update_settings(
-        org,
-        {
-            "auto_replenish": True,
-            "replenish_amount_micros": 20_000_000,
-            "replenish_threshold_micros": 5_000_000,
-        },
-    )
+    org = await replenishing(storage, 6_000_000)
     payments = TestPaymentProcessor()
-    a, b = (
-        Accountant(
-            storage.ledger, storage.orgs, payments, flush_interval_s=3600, max_auto_topups_per_day=2
-        )
-        for _ in range(2)
-    )
+    a, b = accountant(storage, payments, cap=2), accountant(storage, payments, cap=2)
     async with trio.open_nursery() as nursery:
         await nursery.start(a.run)
         await nursery.start(b.run)
@@ -131,17 +127,9 @@ async def test_a_negative_adjustment_that_crosses_makes_a_top_up_due(storage: St
     """Not only usage: any change that takes the balance across the threshold downwards (a
     training hold, an operator's negative adjustment) arms one top-up, started by the org's
     next usage flush; staying below afterwards arms nothing more."""
-    org = await funded(storage, 30_000_000)
-    await storage.ledger.update_settings(
-        org,
-        {
-            "auto_replenish": True,
-            "replenish_amount_micros": 20_000_000,
-            "replenish_threshold_micros": 5_000_000,
-        },
-    )
+    org = await replenishing(storage, 30_000_000)
     payments = TestPaymentProcessor()
-    acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
+    acc = accountant(storage, payments)
     async with trio.open_nursery() as nursery:
         await nursery.start(acc.run)
         await spend(acc, org, 5, 1)  # well above the threshold: nothing due
@@ -167,19 +155,9 @@ async def test_a_negative_adjustment_that_crosses_makes_a_top_up_due(storage: St
 async def test_a_cap_of_zero_allows_no_automatic_top_up(storage: Storage) -> None:
     """`max_auto_topups_per_day = 0`: none at all (not one per day), and once an instance has
     found the cap used up it asks the database no more that day (no claim per flush)."""
-    org = await funded(storage, 6_000_000)
-    await storage.ledger.update_settings(
-        org,
-        {
-            "auto_replenish": True,
-            "replenish_amount_micros": 20_000_000,
-            "replenish_threshold_micros": 5_000_000,
-        },
-    )
+    org = await replenishing(storage, 6_000_000)
     payments = TestPaymentProcessor()
-    acc = Accountant(
-        storage.ledger, storage.orgs, payments, flush_interval_s=3600, max_auto_topups_per_day=0
-    )
+    acc = accountant(storage, payments, cap=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(acc.run)
         await cross(acc, storage, org, 5_000_000)
