@@ -160,9 +160,9 @@ def chunks(text: str) -> list[dict[str, Any]]:
     return [msgspec.json.decode(f) for f in sse_frames(text) if f != "[DONE]"]
 
 
-async def open_raw_stream(rig: Rig, body: dict[str, Any], frames: int) -> trio.SocketStream:
-    """A chat stream on a raw socket (so that closing it really leaves mid-stream), once
-    `frames` data frames arrived; the caller closes it."""
+async def send_raw_chat(rig: Rig, body: dict[str, Any]) -> trio.SocketStream:
+    """A chat request sent on a raw socket (so that closing it really leaves); the caller
+    reads the answer and closes it."""
     host, port = rig.gateway.url.removeprefix("http://").split(":")
     payload = msgspec.json.encode(body)
     stream = await trio.open_tcp_stream(host, int(port))
@@ -171,6 +171,13 @@ async def open_raw_stream(rig: Rig, body: dict[str, Any], frames: int) -> trio.S
         + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
         + payload
     )
+    return stream
+
+
+async def open_raw_stream(rig: Rig, body: dict[str, Any], frames: int) -> trio.SocketStream:
+    """A chat stream on a raw socket (so that closing it really leaves mid-stream), once
+    `frames` data frames arrived; the caller closes it."""
+    stream = await send_raw_chat(rig, body)
     received = b""
     with trio.fail_after(10):
         while received.count(b"data: ") < frames:

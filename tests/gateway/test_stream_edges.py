@@ -11,15 +11,22 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 
 from protocol.billing import charge_micros
 from storage.events import Event
 from storage.open import Storage, open_database
-from tests.inference import PRICE_IN, PRICE_OUT, Rig, chunks, inference_rig, ledger
-from tests.waiting import wait_until
+from tests.inference import (
+    PRICE_IN,
+    PRICE_OUT,
+    Rig,
+    chunks,
+    inference_rig,
+    ledger,
+    send_raw_chat,
+)
+from tests.waiting import wait_until, wait_until_async
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 STREAM = {
@@ -66,14 +73,7 @@ async def completion_events(rig: Rig) -> list[Event]:
 async def read_to_done_and_close(rig: Rig, body: dict[str, Any], out: list[bytes]) -> None:
     """A raw HTTP/1.1 client: send a streamed chat request, read until `data: [DONE]`, close
     the socket at once (as SDKs do: they stop at the end marker)."""
-    host, port = rig.gateway.url.removeprefix("http://").split(":")
-    payload = msgspec.json.encode(body)
-    stream = await trio.open_tcp_stream(host, int(port))
-    await stream.send_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        + f"authorization: Bearer {rig.key}\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
-        + payload
-    )
+    stream = await send_raw_chat(rig, body)
     received = b""
     with trio.fail_after(10):
         while b"data: [DONE]\n\n" not in received:
@@ -99,8 +99,11 @@ async def test_a_client_that_closes_right_after_done_had_a_successful_stream(
         async with trio.open_nursery() as nursery:
             for _ in range(n):
                 nursery.start_soon(read_to_done_and_close, rig, STREAM, bodies)
-        writer = rig.gateway.runtime.event_writer
-        await wait_until(lambda: writer.stats.offered >= n)
+
+        async def all_events() -> bool:  # billed: written with the usage rows by the accountant
+            return len(await completion_events(rig)) >= n
+
+        await wait_until_async(all_events)
         events = await completion_events(rig)
         balance, rows = await ledger(rig, settled=n)
         await wait_until(lambda: len(access_lines(caplog, "/v1/chat/completions")) >= n)
