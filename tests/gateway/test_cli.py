@@ -42,6 +42,11 @@ async def _run(
 async def _start(args: list[str], env: dict[str, str], cwd: Path) -> tuple[trio.Process, str]:
     """Start `gateway serve`, return the process and the URL it printed."""
     process = await trio.lowlevel.open_process(args, env=env, cwd=cwd, stdout=subprocess.PIPE)
+    return process, await _url_of(process)
+
+
+async def _url_of(process: trio.Process) -> str:
+    """The URL a starting `gateway serve` prints on its stdout."""
     assert process.stdout is not None
     buffer = b""
     with trio.fail_after(60):
@@ -50,7 +55,7 @@ async def _start(args: list[str], env: dict[str, str], cwd: Path) -> tuple[trio.
             assert chunk, f"exited early: {buffer!r}"
             buffer += chunk
     line = next(ln for ln in buffer.decode().splitlines() if "gateway listening on" in ln)
-    return process, line.rsplit(" ", 1)[-1]
+    return line.rsplit(" ", 1)[-1]
 
 
 async def _stop(process: trio.Process) -> int:

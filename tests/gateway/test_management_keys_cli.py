@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import trio
 
-from tests.gateway.test_cli import _env, _gateway, _run, _start, _stop
+from tests.gateway.test_cli import _env, _gateway, _run, _start, _stop, _url_of
 from tests.gateway.test_metrics_workers import ROOT, drain
 from tests.waiting import wait_until_async
 
@@ -138,15 +138,3 @@ async def test_bootstrap_key_changes_on_an_existing_database(
     assert seen == {BOOTSTRAP_A: 401, BOOTSTRAP_B: 200, other: 200}
     assert "GATEWAY_BOOTSTRAP_MANAGEMENT_KEY" in log and "revoked" in log, log
     assert BOOTSTRAP_A not in log
-
-
-async def _url_of(process: trio.Process) -> str:
-    assert process.stdout is not None
-    buffer = b""
-    with trio.fail_after(60):
-        while b"gateway listening on " not in buffer or not buffer.endswith(b"\n"):
-            chunk = await process.stdout.receive_some()
-            assert chunk, f"exited early: {buffer!r}"
-            buffer += chunk
-    line = next(ln for ln in buffer.decode().splitlines() if "gateway listening on" in ln)
-    return line.rsplit(" ", 1)[-1]

@@ -10,26 +10,14 @@ import pytest
 import trio
 import trio.lowlevel
 
-from actors.base import Actor
 from actors.supervisor import RestartPolicy
 from gateway.app import create_app
 from gateway.web import WebApp
 from gateway.web.middleware import RequestMiddleware
 from tests.gateway.keys_client import create_key
+from tests.gateway.test_health import Crashy
 from tests.harness import OPERATOR_KEY, Gateway
 from tests.waiting import wait_until
-
-
-class Crashy(Actor):
-    def __init__(self) -> None:
-        self.name = "crashy"
-        self.runs = 0
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.runs += 1
-        task_status.started()
-        await trio.lowlevel.checkpoint()
-        raise RuntimeError("crash on purpose")
 
 
 def _find(node: dict[str, object], name: str) -> dict[str, object] | None:
