@@ -6,6 +6,8 @@ As in Trio, "closed" (we shut it down) is not "broken" (a peer or the network fa
      ├── trio.ClosedResourceError   closed: sending to an inbox we closed (actors/inbox.py
      │                              uses Trio's own classes, with Trio's meanings)
      └── ActorError
+          ├── InboxFull             an actor's inbox is full and its overflow policy is
+          │                         "reject": the caller answers 503 with Retry-After
           └── ActorBroken           broken: something an actor depends on failed; retrying
                │                    later may work, and the caller decides to fail open or closed
                └── RedisUnavailable  Redis did not answer in time, or failed (the rate
@@ -32,6 +34,17 @@ _REDIS_FAILURES = (coredis.exceptions.RedisError, OSError, TimeoutError)
 
 class ActorError(Exception):
     """Base of the actors layer's own exceptions."""
+
+
+class InboxFull(ActorError):
+    """An inbox with overflow "reject" was full: the actor is overloaded; try again shortly."""
+
+    retry_after_s = 1
+
+    def __init__(self, inbox: str, capacity: int) -> None:
+        super().__init__(f"the {inbox or 'actor'} inbox is full ({capacity} messages waiting)")
+        self.inbox = inbox
+        self.capacity = capacity
 
 
 class ActorBroken(ActorError):

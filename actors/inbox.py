@@ -16,6 +16,9 @@ from typing import Generic, TypeVar, cast
 
 import trio
 
+from actors.errors import InboxFull
+from actors.settings import Overflow
+
 T = TypeVar("T")
 M = TypeVar("M")
 R = TypeVar("R")
@@ -28,10 +31,16 @@ class Inbox(Generic[T]):
     an actor crashes are still there for the restarted run.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, overflow: Overflow = "wait", name: str = "") -> None:
         if capacity < 0:
             raise ValueError(f"inbox capacity must be >= 0, got {capacity}")
+        if overflow == "drop_oldest" and capacity < 1:
+            raise ValueError("drop_oldest needs an inbox capacity of at least 1")
         self._capacity = capacity
+        self.overflow: Overflow = overflow
+        self.name = name
+        self.dropped = 0  # messages dropped by "drop_oldest"
+        self.rejected = 0  # sends refused by "reject"
         self._send, self._receive = trio.open_memory_channel[T](capacity)
         self._sent = 0
         self._received = 0
@@ -59,6 +68,27 @@ class Inbox(Generic[T]):
         """Put ``msg`` in the inbox or raise `trio.WouldBlock` if it is full."""
         self._send.send_nowait(msg)
         self._sent += 1
+
+    async def put(self, msg: T) -> None:
+        """Send ``msg`` the way this inbox's ``overflow`` says when it is full.
+
+        "wait": like `send`. "reject": raise `InboxFull` at once. "drop_oldest": drop the
+        oldest waiting message (counted in ``dropped``) to make room; never waits.
+        """
+        if self.overflow == "wait":
+            await self.send(msg)
+            return
+        try:
+            self.send_nowait(msg)
+        except trio.WouldBlock:
+            if self.overflow == "reject":
+                self.rejected += 1
+                raise InboxFull(self.name, self._capacity) from None
+            self._receive.receive_nowait()  # full, so there is one to drop
+            self.dropped += 1
+            self.send_nowait(msg)
+        else:
+            await trio.lowlevel.checkpoint()
 
     async def receive(self) -> T:
         """Take the oldest message, waiting while the inbox is empty.
@@ -100,6 +130,9 @@ class Inbox(Generic[T]):
             "capacity": self._capacity,
             "sent": self._sent,
             "received": self._received,
+            "overflow": self.overflow,
+            "dropped": self.dropped,
+            "rejected": self.rejected,
         }
 
     def __repr__(self) -> str:

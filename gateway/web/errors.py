@@ -4,6 +4,8 @@
     StorageUnavailable    503 database_unavailable (server_error), Retry-After: 1; logged
                           (the database refused, failed, or did not answer in
                           `[database] statement_timeout_s`)
+    InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
+                          inbox with overflow "reject" was full
     ClientDisconnected    nothing (there is no one to answer)
     any other Exception   500 internal_error; the traceback is logged, never sent
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from actors.errors import InboxFull
 from gateway.server.asgi import Send
 from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
@@ -49,6 +52,16 @@ def database_unavailable() -> APIError:
     )
 
 
+def actor_overloaded(exc: InboxFull) -> APIError:
+    return APIError(
+        503,
+        f"The service is overloaded ({exc}); retry shortly.",
+        type="server_error",
+        code="actor_overloaded",
+        headers={"Retry-After": str(exc.retry_after_s)},
+    )
+
+
 def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
     """The answer for `exc` (None: answer nothing), logging what must be logged."""
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
@@ -60,6 +73,9 @@ def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
     if isinstance(exc, StorageUnavailable):
         log.error("storage unavailable on %s %s: %s", method, route, exc)
         return database_unavailable()
+    if isinstance(exc, InboxFull):
+        log.warning("actor overloaded on %s %s: %s", method, route, exc)
+        return actor_overloaded(exc)
     log.error("unhandled error on %s %s", method, route, exc_info=exc)
     return server_error()
 

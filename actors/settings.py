@@ -1,0 +1,80 @@
+"""How an operator tunes one kind of actor: the values of one `[actors.<kind>]` config table.
+
+This module only describes the knobs; the supervisor (actors/supervisor.py) applies the restart
+ones, `Inbox` (actors/inbox.py) the inbox ones, per-key spawners `idle_retire_s`. The config
+loader turns each `[actors.<kind>]` table into an `ActorSettings` (unknown keys refused), merged
+over `DEFAULTS[kind]`, so one place holds every default.
+
+    inbox_capacity      messages an actor's inbox holds before `overflow` applies
+    overflow            "wait": the sender waits (back-pressure);
+                        "reject": the sender gets `InboxFull` at once (a 503 with Retry-After);
+                        "drop_oldest": the oldest waiting message is dropped (only for
+                        fire-and-forget messages, whose sender needs no answer)
+    initial_backoff_s   wait before the first restart of a crashed actor; doubles per restart
+    max_backoff_s       ... up to this
+    max_restarts        restarts allowed within `restart_window_s`; one more crash and the
+    restart_window_s    supervisor gives up (`on_give_up`)
+    on_give_up          "unhealthy": the actor stays down and the instance reports unhealthy
+                        (/readyz 503); "escalate": the actor's supervisor crashes too, and its
+                        own parent decides
+    idle_retire_s       a per-key actor (rate limiter, ...) with no message for this long retires
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Overflow = Literal["wait", "reject", "drop_oldest"]
+GiveUp = Literal["unhealthy", "escalate"]
+
+
+class ActorSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    inbox_capacity: int = msgspec.field(default=1024)
+    overflow: Overflow = "wait"
+    initial_backoff_s: float = 0.1
+    max_backoff_s: float = 30.0
+    max_restarts: int = 10
+    restart_window_s: float = 60.0
+    on_give_up: GiveUp = "unhealthy"
+    idle_retire_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with these values, one sentence per key (empty when valid)."""
+        out = []
+        if self.inbox_capacity < 1:
+            out.append(f"inbox_capacity must be at least 1, got {self.inbox_capacity}")
+        if self.initial_backoff_s < 0:
+            out.append(f"initial_backoff_s must be >= 0, got {self.initial_backoff_s}")
+        if self.max_backoff_s < self.initial_backoff_s:
+            out.append(
+                f"max_backoff_s ({self.max_backoff_s}) must be >= initial_backoff_s"
+                f" ({self.initial_backoff_s})"
+            )
+        if self.max_restarts < 0:
+            out.append(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.restart_window_s <= 0:
+            out.append(f"restart_window_s must be > 0, got {self.restart_window_s}")
+        if self.idle_retire_s <= 0:
+            out.append(f"idle_retire_s must be > 0, got {self.idle_retire_s}")
+        return out
+
+
+# Every actor kind an operator can tune, with its defaults. A kind not listed here is refused
+# by the config loader. Kinds reached by fire-and-forget messages only may use "drop_oldest".
+DEFAULTS: dict[str, ActorSettings] = {
+    "rate_limiter": ActorSettings(overflow="reject"),
+    "accountant": ActorSettings(overflow="wait", inbox_capacity=4096),
+    "auto_replenish": ActorSettings(overflow="drop_oldest", inbox_capacity=256),
+    "batch_writer": ActorSettings(overflow="wait", inbox_capacity=8192),
+    "stream_relay": ActorSettings(overflow="wait", inbox_capacity=64, max_restarts=0),
+    "webhook_delivery": ActorSettings(overflow="wait", inbox_capacity=64),
+    "background": ActorSettings(),  # janitors, watchers, pollers
+}
+FIRE_AND_FORGET_KINDS = frozenset({"auto_replenish", "batch_writer"})
