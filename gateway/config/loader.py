@@ -20,7 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
+
 import gateway.config.schema as schema
+from actors.settings import DEFAULTS as ACTOR_DEFAULTS
+from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings
 from gateway.config.schema import (
     BillingConfig,
     Config,
@@ -134,6 +138,19 @@ class _Table:
                 raise ConfigError(self._file, path, f"must be a table, got {schema.describe(item)}")
             found.append(_Table(self._file, path, item))
         return found
+
+    @property
+    def file(self) -> str:
+        return self._file
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def raw(self) -> Mapping[str, object]:
+        """The whole table, every key counted as known (the caller validates it)."""
+        self._known.update(self._data)
+        return self._data
 
     def finish(self) -> None:
         """Raise for the first key that was never asked for."""
@@ -337,6 +354,29 @@ def _parse_database(table: _Table) -> DatabaseConfig:
     return DatabaseConfig(statement_timeout_s=timeout)
 
 
+def _parse_actors(table: _Table) -> dict[str, ActorSettings]:
+    """`[actors.<kind>]` tables, each merged over that kind's defaults (actors/settings.py)."""
+    kinds = dict(ACTOR_DEFAULTS)
+    for kind in list(table.raw()):
+        sub = table.table(kind)
+        if kind not in ACTOR_DEFAULTS:
+            known = ", ".join(sorted(ACTOR_DEFAULTS))
+            raise ConfigError(sub.file, sub.path, f"unknown actor kind (known: {known})")
+        merged = {**msgspec.structs.asdict(ACTOR_DEFAULTS[kind]), **sub.raw()}
+        try:
+            kinds[kind] = msgspec.convert(merged, ActorSettings)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(sub.file, sub.path, str(exc).replace("`$.", "`")) from None
+        if kinds[kind].overflow == "drop_oldest" and kind not in FIRE_AND_FORGET_KINDS:
+            raise ConfigError(
+                sub.file,
+                sub.key("overflow"),
+                '"drop_oldest" is only for actors whose senders need no answer'
+                f" ({', '.join(sorted(FIRE_AND_FORGET_KINDS))})",
+            )
+    return kinds
+
+
 def _parse_billing(table: _Table) -> BillingConfig:
     d = BillingConfig()
     billing = BillingConfig(
@@ -497,6 +537,7 @@ def load_config(
     images = _parse_images(top.table("images"), providers, models)
     fine_tuning = _parse_fine_tuning(top.table("fine_tuning"))
     database = _parse_database(top.table("database"))
+    actors = _parse_actors(top.table("actors"))
     top.finish()
 
     data_dir = _from_env(env, "GATEWAY_DATA_DIR", schema.parse_path) or data_dir
@@ -530,5 +571,6 @@ def load_config(
         images=images,
         fine_tuning=fine_tuning,
         database=database,
+        actors=actors,
         operator_keys=_from_env(env, "GATEWAY_OPERATOR_KEY", schema.parse_operator_keys) or (),
     )

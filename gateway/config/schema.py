@@ -17,13 +17,15 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from actors.settings import DEFAULTS as ACTOR_DEFAULTS
+from actors.settings import ActorSettings
 from protocol.credentials import OPERATOR_PREFIX
 from protocol.provider_keys import sendable_as_header
 
@@ -290,6 +292,10 @@ class Config:
     images: ImagesConfig = ImagesConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
     database: DatabaseConfig = DatabaseConfig()
+    # `[actors.<kind>]`: supervision and inbox knobs per actor kind (actors/settings.py).
+    actors: Mapping[str, ActorSettings] = dataclasses.field(
+        default_factory=lambda: dict(ACTOR_DEFAULTS)
+    )
     # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:
     # those routes are disabled.
     operator_keys: tuple[str, ...] = ()
