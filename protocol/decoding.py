@@ -9,7 +9,7 @@ provider unchecked.
 from __future__ import annotations
 
 import re
-from typing import TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 import msgspec
 
@@ -26,21 +26,56 @@ _NO_CONTROLS = f"Expected `str` matching regex {NO_CONTROLS!r}"
 _FIELD = re.compile(r"field `(?P<name>[^`]+)`")
 
 
-def decode_json(body: bytes, type: type[T], *, utf8_checked: bool = False) -> T:
-    """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`).
-    `utf8_checked`: this very body already passed here once (a second decoding of it, as the
-    chat route's rewrite), so its UTF-8 check is not run twice."""
+def decode_json(body: bytes, type: type[T]) -> T:
+    """Validate in one pass; the error's `param` is the offending field's path (`scopes[0]`)."""
     if not body.strip():
         raise invalid_request("The request body must be a JSON object.", code="invalid_json")
-    if not utf8_checked:
-        require_utf8(body)
+    require_utf8(body)
     try:
-        return msgspec.json.decode(body, type=type)
+        return _decoder(type).decode(body)
     except msgspec.ValidationError as exc:
         raise _validation_error(str(exc)) from None
     except msgspec.DecodeError:
         raise invalid_request("The request body is not valid JSON.", code="invalid_json") from None
     except RecursionError:  # a field of any JSON (metadata, tools) nested thousands deep
+        raise invalid_request(
+            "The request body is nested too deeply.", code="invalid_json"
+        ) from None
+
+
+# A Decoder per type, made once: msgspec.json.decode(body, type=...) looks the type up on
+# every call (0.4 µs of a 2 µs decode of a 1.7 KB chat body). The types are the code's own.
+_DECODERS: dict[object, msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(type: type[T]) -> msgspec.json.Decoder[T]:
+    decoder = _DECODERS.get(type)
+    if decoder is None:
+        decoder = _DECODERS[type] = msgspec.json.Decoder(type)
+    return decoder
+
+
+def field_decoders(struct: type[msgspec.Struct]) -> dict[str, msgspec.json.Decoder[Any]]:
+    """A decoder for each field of `struct`, by name, with the field's type and constraints:
+    for `decode_field`."""
+    hints = get_type_hints(struct, include_extras=True)
+    return {name: msgspec.json.Decoder(hints[name]) for name in struct.__struct_fields__}
+
+
+def decode_field(raw: msgspec.Raw, name: str, decoder: msgspec.json.Decoder[T]) -> T:
+    """One top-level field of a body `decode_json` already decoded as
+    ``dict[str, msgspec.Raw]``, from its own bytes (the rest of the body is not read again);
+    errors as `decode_json`'s, with the same paths."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if " - at `$" in text:  # a path inside the field: `$.include_usage`
+            text = text.replace(" - at `$", f" - at `$.{name}", 1)
+        else:
+            text = f"{text} - at `$.{name}`"
+        raise _validation_error(text) from None
+    except RecursionError:  # metadata nested thousands deep
         raise invalid_request(
             "The request body is nested too deeply.", code="invalid_json"
         ) from None

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from protocol.decoding import decode_json
+from protocol.decoding import decode_field, decode_json, field_decoders
 from protocol.errors import ErrorBody, ErrorDetail, invalid_request
 from protocol.ids import random_id_chars
 from protocol.sse import DONE, data_event
@@ -53,28 +53,63 @@ class ChatRequest(msgspec.Struct):
         return self.max_completion_tokens or self.max_tokens
 
 
-class _ChatRequestBody(ChatRequest, kw_only=True):
-    # Kept raw: validating its shape is the upstream's job, its presence is ours.
-    messages: msgspec.Raw
+# The top-level fields the gateway reads, each decoded from its own bytes; every other one
+# (`messages` included) stays raw.
+_FIELDS = field_decoders(ChatRequest)
+_OPEN, _CLOSE, _WHITESPACE = ord("["), ord("]"), b" \t\r\n"
 
 
-def parse_chat_request(body: bytes) -> ChatRequest:
-    """Decode and validate; raises a 400 `APIError` naming the offending `param`."""
-    request = decode_json(body, _ChatRequestBody)
-    raw = bytes(request.messages)
-    if raw[:1] != b"[":
+class ParsedChat:
+    """A chat request decoded once: the fields the gateway acts on (`request`) and the body's
+    top level kept raw (`fields`), from which `rewrite` builds the provider's body without a
+    second pass over the client's bytes."""
+
+    __slots__ = ("fields", "request")
+
+    def __init__(self, request: ChatRequest, fields: dict[str, msgspec.Raw]) -> None:
+        self.request = request
+        self.fields = fields
+
+    def rewrite(self, *, model: str, force_include_usage: bool) -> bytes:
+        """See `rewrite_request`."""
+        return _rewrite(dict(self.fields), model=model, force_include_usage=force_include_usage)
+
+
+def parse_chat_request(body: bytes) -> ParsedChat:
+    """Decode and validate in one pass over `body`; raises a 400 `APIError` naming the
+    offending `param`. Only the few fields of `_READ` are decoded again, from their own bytes."""
+    fields = decode_json(body, dict[str, msgspec.Raw])
+    for required in ("model", "messages"):
+        if required not in fields:
+            raise invalid_request(f"Object missing required field `{required}`.", param=required)
+    request = ChatRequest(
+        **{
+            name: decode_field(raw, name, _FIELDS[name])
+            for name, raw in fields.items()
+            if name in _FIELDS
+        }
+    )
+    view = memoryview(fields["messages"])  # read in place: the messages are not copied
+    if view[0] != _OPEN:
         raise invalid_request("`messages` must be an array.", param="messages")
-    if raw[1:].lstrip()[:1] == b"]":
+    at = 1
+    while view[at] in _WHITESPACE:  # a valid JSON array ends with "]": never out of range
+        at += 1
+    if view[at] == _CLOSE:
         raise invalid_request("`messages` must not be empty.", param="messages")
-    return request
+    return ParsedChat(request, fields)
 
 
 def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> bytes:
     """`body` with the top-level `model` replaced, `metadata.idempotency_key` removed (the
     gateway's own), and, if asked and the request streams, `stream_options.include_usage` set
-    (other `stream_options` fields kept). The caller decoded `body` with `decode_json` first
-    (its fields, and its UTF-8 check, which is not run again)."""
-    fields = decode_json(body, dict[str, msgspec.Raw], utf8_checked=True)
+    (other `stream_options` fields kept). A chat request parsed by `parse_chat_request` is
+    rewritten by `ParsedChat.rewrite` instead, without decoding its body again."""
+    fields = decode_json(body, dict[str, msgspec.Raw])
+    return _rewrite(fields, model=model, force_include_usage=force_include_usage)
+
+
+def _rewrite(fields: dict[str, msgspec.Raw], *, model: str, force_include_usage: bool) -> bytes:
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
     stream = fields.get("stream")
     if force_include_usage and stream is not None and bytes(stream) == b"true":

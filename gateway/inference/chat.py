@@ -19,11 +19,7 @@ from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.openai_chat import (
-    ChatRequest,
-    parse_chat_request,
-    rewrite_request,
-)
+from protocol.openai_chat import ChatRequest, ParsedChat, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage
 from storage.idempotency import COMPLETED, STREAMED
@@ -37,7 +33,8 @@ class ChatCompletions:
         deps = self._deps
         call = Call(http)
         body = await http.body()
-        request = parse_chat_request(body)
+        parsed = parse_chat_request(body)
+        request = parsed.request
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability="chat")
         claim = await idempotency.begin(
@@ -56,7 +53,7 @@ class ChatCompletions:
                 prompt_bytes=len(body),
                 output_tokens=request.output_limit or DEFAULT_OUTPUT_RESERVE_TOKENS,
             )
-            out = await self._forward(call, body, request, model, price)
+            out = await self._forward(call, body, parsed, model, price)
             if claim is not None:
                 # Stored before it is sent, so that an immediate retry finds it.
                 state = STREAMED if out is None else COMPLETED
@@ -74,12 +71,13 @@ class ChatCompletions:
         self,
         call: Call,
         body: bytes,
-        request: ChatRequest,
+        parsed: ParsedChat,
         model: ResolvedModel,
         price: ModelConfig | None,
     ) -> bytes | None:
         """The JSON answer to send, or None when a stream was sent."""
         deps = self._deps
+        request = parsed.request
         client = deps.upstreams.get(model.provider.name)
         if model.provider.kind == "anthropic":
             path = "messages"
@@ -88,9 +86,7 @@ class ChatCompletions:
             )
         else:
             path = "chat/completions"
-            upstream_body = rewrite_request(
-                body, model=model.upstream, force_include_usage=request.stream
-            )
+            upstream_body = parsed.rewrite(model=model.upstream, force_include_usage=request.stream)
         if request.stream:
             await self._stream(call, client, path, upstream_body, request, model, price, len(body))
             return None

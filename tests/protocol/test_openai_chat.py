@@ -37,7 +37,7 @@ def test_parse_reads_the_gateway_fields_and_ignores_the_rest() -> None:
         b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,'
         b'"stream_options":{"include_usage":true,"x":1},"max_tokens":10,'
         b'"max_completion_tokens":20,"metadata":{"idempotency_key":"k"},"logit_bias":{"1":2}}'
-    )
+    ).request
     assert request.model == "m" and request.stream is True
     assert request.stream_options is not None and request.stream_options.include_usage
     assert request.include_usage is True
@@ -46,7 +46,9 @@ def test_parse_reads_the_gateway_fields_and_ignores_the_rest() -> None:
 
 
 def test_parse_defaults() -> None:
-    request = parse_chat_request(b'{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+    request = parse_chat_request(
+        b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    ).request
     assert (request.stream, request.stream_options, request.metadata) == (False, None, None)
     assert request.include_usage is False and request.output_limit is None
 
@@ -129,6 +131,31 @@ def test_rewrite_leaves_non_streaming_requests_alone() -> None:
 def test_rewrite_escapes_the_model() -> None:
     out = rewrite_request(b'{"model":"a"}', model='we"ird', force_include_usage=False)
     assert msgspec.json.decode(out) == {"model": 'we"ird'}
+
+
+def test_a_parsed_request_is_rewritten_without_decoding_its_body_again() -> None:
+    parsed = parse_chat_request(
+        BODY.replace(b'"tools"', b'"messages2"', 1).replace(
+            b'"stream_options"', b'"metadata": {"idempotency_key": "k", "a": "b"}, "stream_options"'
+        )
+    )
+    assert parsed.request.stream and parsed.request.metadata == {"idempotency_key": "k", "a": "b"}
+    out = parsed.rewrite(model="gpt-4o-mini", force_include_usage=True)
+    assert out.startswith(b'{"model":"gpt-4o-mini","messages":[ {"role": "user"')
+    decoded = msgspec.json.decode(out)
+    assert decoded["metadata"] == {"a": "b"}  # the gateway's idempotency key is consumed
+    assert decoded["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    # Rewriting twice (a retry on another deployment) starts from the client's fields again.
+    again = parsed.rewrite(model="other", force_include_usage=False)
+    assert msgspec.json.decode(again)["model"] == "other"
+    assert b'"idempotency_key"' not in again
+
+
+def test_parse_rejects_a_missing_model_with_its_param() -> None:
+    with pytest.raises(APIError) as info:
+        parse_chat_request(b'{"messages":[{"role":"user"}]}')
+    assert info.value.param == "model"
+    assert "missing required field `model`" in info.value.message
 
 
 def test_rewrite_rejects_non_objects() -> None:
