@@ -27,7 +27,7 @@ COMPLETION_ERROR, COMPLETION_SUCCESS = "completion.error", "completion.success"
 CLIENT_CLOSED = 499
 _CLIENT_CLOSED_ERROR = (
     "client_error",
-    "client_closed_request",
+    "client_disconnected",
     "The client closed the connection before the response was complete.",
 )
 

@@ -18,7 +18,7 @@ from http import HTTPStatus
 
 import trio
 
-from gateway.server.asgi import Message
+from gateway.server.asgi import ClientDisconnected, Message
 from protocol.http1_server import END, Body, Event, Reject, Request, RequestParser
 
 RECEIVE_BYTES = 65536
@@ -45,10 +45,6 @@ class _Date:
 
 
 _date = _Date()
-
-
-class ClientGone(Exception):
-    """A write to the client failed: it closed or reset the connection."""
 
 
 class Exchange:
@@ -296,4 +292,4 @@ class Connection:
             self.closed = self.broken = True
             if self._waiter is not None:
                 self._waiter.cancel()
-            raise ClientGone from None
+            raise ClientDisconnected from None

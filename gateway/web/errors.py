@@ -6,7 +6,9 @@
                           `[database] statement_timeout_s`)
     InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
                           inbox with overflow "reject" was full
-    ClientDisconnected    nothing (there is no one to answer)
+    ClientDisconnected    nothing (there is no one to answer); the request is logged 499
+                          `client_disconnected` (gateway/server/asgi.py: the server raises
+                          it when a write fails, the request layer when the body stops)
     any other Exception   500 internal_error; the traceback is logged, never sent
 
 Once a response has started nothing more is sent: the stream just ends. An `ExceptionGroup`
@@ -19,17 +21,13 @@ from __future__ import annotations
 import logging
 
 from actors.errors import InboxFull
-from gateway.server.asgi import Send
+from gateway.server.asgi import ClientDisconnected, Send
 from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
 from protocol.errors import APIError, server_error
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger("gateway.errors")
-
-
-class ClientDisconnected(Exception):
-    """The client went away before its request body was read."""
 
 
 def request_too_large() -> APIError:

@@ -2,7 +2,7 @@
 
 It sees every request, including unknown routes, errors and client disconnects, because it
 wraps the whole app. A request whose response never completed (the client went away first)
-is logged with status 499 (code `client_closed_request`); a route may set the status to log
+is logged with status 499 (code `client_disconnected`); a route may set the status to log
 instead of the one sent (`logged_status`: a stream cut by shutdown is 503). Nothing here reads
 headers or bodies: no secret can reach the log. Observers (`on_finish`) see each finished
 request's context, final status and duration: that is where `completion.*` events are made
@@ -24,7 +24,7 @@ from protocol.ids import new_id
 
 access_log = logging.getLogger("gateway.access")
 CLIENT_CLOSED = 499
-CLIENT_CLOSED_CODE = "client_closed_request"
+CLIENT_CLOSED_CODE = "client_disconnected"
 REQUEST_ID_HEADER = b"x-request-id"
 # Called once per finished HTTP request with its context, final status and seconds taken;
 # must not block (it runs in the request's task, after the response).

@@ -5,6 +5,8 @@ requests written in few transactions."""
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -144,8 +146,32 @@ async def test_a_client_that_leaves_is_one_499_error_event(rig: Rig) -> None:
     (event,) = await completion_events(rig)
     assert event.type == "completion.error"
     assert event.data["status"] == 499
-    assert event.data["error"]["code"] == "client_closed_request"
+    assert event.data["error"]["code"] == "client_disconnected"
     assert event.data["model"] == "sim/sim-small"
+
+
+async def test_a_client_that_resets_mid_stream_is_a_499_not_an_unhandled_error(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reset (RST, not FIN) makes the gateway's next write fail: that is the client leaving,
+    logged 499 with `client_disconnected`, never a server error."""
+    rig.upstream.behavior.chunk_interval_s = 0.05
+    rig.upstream.behavior.completion_tokens = 1000
+    stream = await open_raw_stream(rig, {**BODY, "stream": True, "max_tokens": 1000}, frames=3)
+    linger = struct.pack("ii", 1, 0)  # on: close sends RST at once
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+    await stream.aclose()
+
+    async def written() -> bool:
+        return bool(await completion_events(rig))
+
+    await wait_until_async(written)
+    (event,) = await completion_events(rig)
+    assert (event.type, event.data["status"]) == ("completion.error", 499)
+    assert event.data["error"]["code"] == "client_disconnected"
+    assert event.data["error"]["type"] == "client_error"
+    unhandled = [r for r in caplog.records if "unhandled" in r.getMessage()]
+    assert unhandled == []
 
 
 async def test_sampling_1_is_one_success_event_per_request(

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from gateway.audio import FORM_OVERHEAD_BYTES as AUDIO_FORM_OVERHEAD_BYTES
+from gateway.server.asgi import ClientDisconnected
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol.scopes import CHAT_COMPLETIONS
 from tests.backends import POSTGRES_URL
@@ -293,3 +294,20 @@ async def test_database_down_is_503_with_retry_after_everywhere(
                     if r.status_code == 200:
                         break
                     await trio.sleep(0.1)
+
+
+def test_the_servers_client_left_is_the_one_the_mapping_answers_with_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One "client left" exception: the server raises it when a write fails (a reset
+    mid-stream), the request layer when the body stops; the mapping answers nothing and logs
+    nothing, so the request is a 499 `client_disconnected`, not an unhandled error."""
+    from gateway.server import connection
+    from gateway.web.errors import to_api_error
+
+    assert connection.ClientDisconnected is ClientDisconnected  # what Connection.write raises
+    caplog.set_level(logging.DEBUG)
+    assert to_api_error(ClientDisconnected(), "POST", "/v1/chat/completions") is None
+    group = ExceptionGroup("a handler's nursery", [ClientDisconnected()])
+    assert to_api_error(group, "POST", "/v1/chat/completions") is None
+    assert caplog.records == []
