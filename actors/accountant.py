@@ -143,6 +143,8 @@ class _Queue:
 
 
 class Accountant(Actor):
+    kind = "accountant"
+
     def __init__(
         self,
         ledger: LedgerRepository,

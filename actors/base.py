@@ -8,6 +8,7 @@ This module defines only what an actor is; restarting, naming rules and the tree
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import trio
 
@@ -21,6 +22,9 @@ class Actor(abc.ABC):
     """
 
     name: str
+    # What `[actors.<kind>]` table tunes this actor (actors/settings.py); the admin tree and
+    # /metrics group by it.
+    kind: ClassVar[str] = "background"
 
     @abc.abstractmethod
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -41,8 +45,13 @@ class Actor(abc.ABC):
         return 0
 
     def inbox_capacity(self) -> int | None:
-        """The inbox's capacity, or None for actors without one (only used by `__repr__`)."""
+        """The inbox's capacity, or None for actors without one."""
         return None
+
+    def handling(self) -> tuple[int, float | None]:
+        """Messages handled so far and the 99th percentile of their handling time in seconds
+        (None before the first); actors with an `Inbox` return its `handling()`."""
+        return 0, None
 
     def __repr__(self) -> str:
         # getattr: repr must work even on a half-initialised instance (e.g. in a traceback).

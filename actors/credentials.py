@@ -24,6 +24,8 @@ _FINAL_FLUSH_S = 5.0
 
 
 class LastUsedRecorder(Actor):
+    kind = "batch_writer"
+
     def __init__(self, keys: KeyRepository, *, interval: float = 1.0, capacity: int = 4096) -> None:
         self.name = "last-used-recorder"
         self._keys = keys

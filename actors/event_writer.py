@@ -35,6 +35,8 @@ class EventWriterStats:
 
 
 class EventWriter(Actor):
+    kind = "batch_writer"
+
     def __init__(
         self,
         events: EventRepository,

@@ -11,6 +11,8 @@ we closed, `trio.EndOfChannel` when receiving from a closed inbox that has been 
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
@@ -40,6 +42,7 @@ class Inbox(Generic[T]):
         self.overflow: Overflow = overflow
         self.name = name
         self.dropped = 0  # messages dropped by "drop_oldest"
+        self._timings = HandlingTimes()
         self.rejected = 0  # sends refused by "reject"
         self._send, self._receive = trio.open_memory_channel[T](capacity)
         self._sent = 0
@@ -124,6 +127,14 @@ class Inbox(Generic[T]):
     def depth(self) -> int:
         return self._receive.statistics().current_buffer_used
 
+    def handled(self, seconds: float) -> None:
+        """Record that the actor handled one message (or batch) in `seconds` (Trio's clock)."""
+        self._timings.record(seconds)
+
+    def handling(self) -> tuple[int, float | None]:
+        """Messages handled and the p99 of their handling time (see `HandlingTimes`)."""
+        return self._timings.count, self._timings.p99()
+
     def statistics(self) -> dict[str, object]:
         return {
             "depth": self.depth(),
@@ -137,6 +148,25 @@ class Inbox(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<Inbox {self.depth()}/{self._capacity} sent={self._sent}>"
+
+
+class HandlingTimes:
+    """How long an actor takes per message: a count and the last `keep` durations, from
+    which the p99 is read on demand (the admin tree, /metrics), so recording costs an append."""
+
+    def __init__(self, keep: int = 1024) -> None:
+        self.count = 0
+        self._recent: deque[float] = deque(maxlen=keep)
+
+    def record(self, seconds: float) -> None:
+        self.count += 1
+        self._recent.append(seconds)
+
+    def p99(self) -> float | None:
+        if not self._recent:
+            return None
+        ordered = sorted(self._recent)
+        return ordered[math.ceil(len(ordered) * 0.99) - 1]  # nearest rank
 
 
 class Reply(Generic[T]):

@@ -46,6 +46,8 @@ HOUSEKEEPING_INTERVAL_S = 60.0
 class RateLimiter(Actor):
     """Owns the per-key limiter state. Admission is a method call, not a message: see above."""
 
+    kind = "rate_limiter"
+
     name = "rate-limiter"
     backend: ClassVar[str]
 

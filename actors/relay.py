@@ -95,6 +95,8 @@ class StreamRelays(Actor):
     Relays run in their request's own task group (their lifetime is the request's): the relay
     task starts before the upstream call, so the body is relayed as soon as it arrives."""
 
+    kind = "stream_relay"
+
     def __init__(self) -> None:
         self.name = "stream-relays"
         self.stats = RelayStats()

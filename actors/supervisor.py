@@ -9,12 +9,15 @@ interpreter exits always reach the scope that owns them. Backoff sleeps use the 
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 import trio
 
 from actors.base import Actor
+from actors.settings import ActorSettings, GiveUp
 
 _log = logging.getLogger("gateway.actors")
 
@@ -27,16 +30,37 @@ _ERROR_LIMIT = 200
 class RestartPolicy:
     """How a crashed child is restarted. Times are seconds on the Trio clock.
 
-    ``max_restarts`` bounds *consecutive* restarts: a run lasting ``reset_after`` or longer
-    resets both the backoff and that count, so a long-lived actor that crashes once a day is not
-    eventually given up on. ``ActorSnapshot.restarts`` is the lifetime total.
+    Backoff starts at ``initial_backoff`` and is multiplied per restart up to ``max_backoff``;
+    a run lasting ``restart_window`` or longer starts it again from ``initial_backoff``. At most
+    ``max_restarts`` restarts fall within any ``restart_window`` (None: no limit): one more
+    crash and the supervisor gives up on the child as ``on_give_up`` says — "unhealthy": the
+    child stays down as "failed" (the instance reports not ready); "escalate": the supervisor
+    itself crashes with `GaveUp`, and its parent's policy decides. ``temporary`` children (a
+    stream's relay) are never restarted: a crash ends them like a return, after logging it.
+    ``ActorSnapshot.restarts`` is the lifetime total.
     """
 
     initial_backoff: float = 0.1
     max_backoff: float = 30.0
     multiplier: float = 2.0
-    reset_after: float = 60.0
+    restart_window: float = 60.0
     max_restarts: int | None = None
+    on_give_up: GiveUp = "unhealthy"
+    temporary: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: ActorSettings) -> RestartPolicy:
+        return cls(
+            initial_backoff=settings.initial_backoff_s,
+            max_backoff=settings.max_backoff_s,
+            restart_window=settings.restart_window_s,
+            max_restarts=settings.max_restarts,
+            on_give_up=settings.on_give_up,
+        )
+
+
+class GaveUp(Exception):
+    """A child crashed more than its policy allows and its policy says "escalate"."""
 
 
 # A module constant rather than a call in the signature (ruff B008); the policy is immutable.
@@ -48,21 +72,29 @@ class ActorSnapshot:
     """One node of the supervision tree, as shown by ``/v1/admin/actors``."""
 
     name: str
-    kind: str
+    kind: str  # the `[actors.<kind>]` that tunes it
+    type: str  # its class
     state: str
     restarts: int
     inbox_depth: int
     last_error: str | None
     statistics: dict[str, object]
     children: tuple[ActorSnapshot, ...] = ()
+    inbox_capacity: int | None = None
+    messages_handled: int = 0
+    handling_p99_s: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
             "kind": self.kind,
+            "type": self.type,
             "state": self.state,
             "restarts": self.restarts,
             "inbox_depth": self.inbox_depth,
+            "inbox_capacity": self.inbox_capacity,
+            "messages_handled": self.messages_handled,
+            "handling_p99_s": self.handling_p99_s,
             "last_error": self.last_error,
             "statistics": dict(self.statistics),
             "children": [child.to_json() for child in self.children],
@@ -122,11 +154,20 @@ class Supervisor(Actor):
     a nested one that is restarted comes back empty (its children are started by callers).
     """
 
+    kind = "supervisor"
+
     def __init__(
-        self, name: str = "root", *, default_policy: RestartPolicy = _DEFAULT_POLICY
+        self,
+        name: str = "root",
+        *,
+        default_policy: RestartPolicy = _DEFAULT_POLICY,
+        settings: Mapping[str, ActorSettings] | None = None,
     ) -> None:
         self.name = name
         self._default_policy = default_policy
+        # Per actor kind (`Actor.kind`), from `[actors.<kind>]`: a child started without an
+        # explicit policy gets its kind's; nested supervisors started here inherit the map.
+        self.kind_settings: Mapping[str, ActorSettings] = settings or {}
         self._nursery: trio.Nursery | None = None
         # Live children plus "failed" ones, kept so the tree and /healthz show them.
         self._children: dict[str, _Child] = {}
@@ -192,10 +233,16 @@ class Supervisor(Actor):
         # The child's own task removes its record as it exits, even if this wait is cancelled.
         await child.exited.wait()
 
+    def policy_for(self, actor: Actor) -> RestartPolicy:
+        """The policy a child gets when none is given: its kind's settings, else the default."""
+        settings = self.kind_settings.get(actor.kind)
+        return self._default_policy if settings is None else RestartPolicy.from_settings(settings)
+
     def snapshot(self) -> ActorSnapshot:
         return ActorSnapshot(
             name=self.name,
-            kind=type(self).__name__,
+            kind=self.kind,
+            type=type(self).__name__,
             state="running" if self._nursery is not None else "stopped",
             restarts=0,
             inbox_depth=self.inbox_depth(),
@@ -244,7 +291,9 @@ class Supervisor(Actor):
         # so per-key spawners can recover without a separate stop().
         if existing is not None and existing.state != "failed":
             raise ValueError(f"supervisor {self.name!r} already has a child named {actor.name!r}")
-        child = _Child(actor.name, actor, policy or self._default_policy)
+        if isinstance(actor, Supervisor) and not actor.kind_settings:
+            actor.kind_settings = self.kind_settings
+        child = _Child(actor.name, actor, policy or self.policy_for(actor))
         self._children[actor.name] = child
         return child
 
@@ -254,15 +303,20 @@ class Supervisor(Actor):
 
     def _snapshot_child(self, child: _Child) -> ActorSnapshot:
         actor = child.actor
+        handled, p99 = actor.handling()
         return ActorSnapshot(
             name=child.name,
-            kind=type(actor).__name__,
+            kind=actor.kind,
+            type=type(actor).__name__,
             state=child.state,
             restarts=child.restarts,
             inbox_depth=actor.inbox_depth(),
             last_error=child.last_error,
             statistics=dict(actor.statistics()),
             children=actor.snapshot().children if isinstance(actor, Supervisor) else (),
+            inbox_capacity=actor.inbox_capacity(),
+            messages_handled=handled,
+            handling_p99_s=p99,
         )
 
     async def _supervise(
@@ -286,7 +340,7 @@ class Supervisor(Actor):
     ) -> None:
         policy = child.policy
         backoff = policy.initial_backoff
-        consecutive = 0
+        recent: deque[float] = deque()  # restart times within the last restart_window
         outer: trio.TaskStatus[None] | None = task_status
         while True:
             child.state = "starting"
@@ -301,15 +355,22 @@ class Supervisor(Actor):
                 return  # returned normally: the actor retired
             outer = None
             child.last_error = error
-            if trio.current_time() - began >= policy.reset_after:
-                backoff = policy.initial_backoff
-                consecutive = 0
-            if policy.max_restarts is not None and consecutive >= policy.max_restarts:
-                child.state = "failed"
-                msg = "actor %s failed for good after %d restarts: %s"
-                _log.warning(msg, child.name, child.restarts, error)
+            if policy.temporary:
+                _log.warning("actor %s crashed (%s); not restarted (temporary)", child.name, error)
                 return
-            consecutive += 1
+            now = trio.current_time()
+            if now - began >= policy.restart_window:
+                backoff = policy.initial_backoff
+            while recent and recent[0] <= now - policy.restart_window:
+                recent.popleft()
+            if policy.max_restarts is not None and len(recent) >= policy.max_restarts:
+                msg = "actor %s failed for good after %d restarts in %gs: %s"
+                _log.warning(msg, child.name, len(recent), policy.restart_window, error)
+                if policy.on_give_up == "escalate":
+                    raise GaveUp(f"actor {child.name} failed for good: {error}")
+                child.state = "failed"
+                return
+            recent.append(now)
             child.restarts += 1
             child.state = "backoff"
             msg = "actor %s crashed (%s); restart %d in %.3gs"

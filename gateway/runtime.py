@@ -35,6 +35,7 @@ from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
 from gateway.keyring.watch import KeyringWatch, WatchedBox
+from gateway.operations.actor_metrics import register_actor_gauges
 from gateway.operations.metrics import Metrics
 from gateway.operations.readiness import Readiness
 from gateway.provider_keys.resolver import ProviderKeyResolver
@@ -105,7 +106,7 @@ async def open_runtime(
     ):
         keyring = await unlock(storage.keyring, master_key)  # WrongMasterKey: a clear stop
         hasher = CredentialHasher(keyring.pepper)
-        supervisor = Supervisor("root")
+        supervisor = Supervisor("root", settings=config.actors)
         await nursery.start(supervisor.run)
         watch = KeyringWatch(
             storage.keyring, master_key, interval=config.server.keyring_check_interval_s
@@ -283,16 +284,7 @@ def _register_webhook_gauges(metrics: Metrics, webhooks: WebhookDispatcher) -> N
 
 
 def _register_gauges(metrics: Metrics, supervisor: Supervisor, auth: Authenticator) -> None:
-    def actor_restarts() -> list[tuple[dict[str, str], float]]:
-        out: list[tuple[dict[str, str], float]] = []
-        stack = [supervisor.snapshot()]
-        while stack:
-            node = stack.pop()
-            out.append(({"actor": node.name, "state": node.state}, float(node.restarts)))
-            stack.extend(node.children)
-        return out
-
-    metrics.gauge("gateway_actor_restarts", "Restarts of each supervised actor.", actor_restarts)
+    register_actor_gauges(metrics, supervisor)
     metrics.gauge(
         "gateway_auth_cache_entries",
         "Credentials held in this instance's cache.",

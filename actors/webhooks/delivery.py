@@ -57,6 +57,8 @@ def actor_name(webhook_id: str) -> str:
 
 
 class WebhookDelivery(Actor):
+    kind = "webhook_delivery"
+
     def __init__(
         self,
         repo: WebhookRepository,

@@ -51,6 +51,8 @@ def new_owner() -> str:
 
 
 class WebhookDispatcher(Supervisor):
+    kind = "supervisor"
+
     def __init__(
         self,
         repo: WebhookRepository,

@@ -11,7 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors import Actor, ActorSnapshot, RestartPolicy, Supervisor
+from actors import Actor, ActorSnapshot, Inbox, RestartPolicy, Supervisor
+from actors.settings import ActorSettings
 
 
 @pytest.fixture
@@ -422,12 +423,13 @@ async def test_nested_supervisor_appears_in_snapshot_tree(
 
         await trio.sleep(1.05)  # the leaf crashed at t=1 and is backing off
         tree = root.snapshot()
-        assert (tree.name, tree.kind, tree.state) == ("root", "Supervisor", "running")
+        assert (tree.name, tree.type, tree.state) == ("root", "Supervisor", "running")
         (sub_node,) = tree.children
-        assert (sub_node.name, sub_node.kind, sub_node.state) == ("sub", "Supervisor", "running")
+        assert (sub_node.name, sub_node.type, sub_node.state) == ("sub", "Supervisor", "running")
         (leaf,) = sub_node.children
-        assert (leaf.name, leaf.kind, leaf.state, leaf.restarts) == (
+        assert (leaf.name, leaf.kind, leaf.type, leaf.state, leaf.restarts) == (
             "leaf",
+            "background",
             "Scripted",
             "backoff",
             1,
@@ -442,19 +444,27 @@ async def test_nested_supervisor_appears_in_snapshot_tree(
         assert data["children"] == [
             {
                 "name": "sub",
-                "kind": "Supervisor",
+                "kind": "supervisor",
+                "type": "Supervisor",
                 "state": "running",
                 "restarts": 0,
                 "inbox_depth": 0,
+                "inbox_capacity": None,
+                "messages_handled": 0,
+                "handling_p99_s": None,
                 "last_error": None,
                 "statistics": {"children": 1, "failed": 0, "restarts": 1},
                 "children": [
                     {
                         "name": "leaf",
-                        "kind": "Scripted",
+                        "kind": "background",
+                        "type": "Scripted",
                         "state": "running",
                         "restarts": 1,
                         "inbox_depth": 0,
+                        "inbox_capacity": None,
+                        "messages_handled": 0,
+                        "handling_p99_s": None,
                         "last_error": "ValueError: boom 1",
                         "statistics": {"runs": 2},
                         "children": [],
@@ -482,3 +492,143 @@ async def test_all_running_is_false_while_a_child_backs_off(
 def test_repr_shows_kind_name_and_inbox() -> None:
     assert repr(Supervisor("root")) == "<Supervisor name='root'>"
     assert repr(Scripted("x", [])) == "<Scripted name='x'>"
+
+
+# -- tuning from [actors.<kind>] --------------------------------------------------------------
+
+
+class Tuned(Scripted):
+    kind = "accountant"
+
+
+async def test_a_childs_kind_settings_give_its_backoff_and_limit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """initial_backoff_s, max_backoff_s and max_restarts of the child's kind apply; other
+    kinds keep the defaults."""
+    tuned = ActorSettings(initial_backoff_s=2.0, max_backoff_s=5.0, max_restarts=3)
+    actor, other = Tuned("tuned", [0] * 10), Scripted("other", [0, 0])
+    async with running(Supervisor(settings={"accountant": tuned})) as root:
+        await root.start(actor)
+        await root.start(other)
+        await trio.sleep(60)
+        states = {c.name: c.state for c in root.snapshot().children}
+    assert gaps(actor) == pytest.approx([2.0, 4.0, 5.0])
+    assert states == {"tuned": "failed", "other": "running"}
+    assert gaps(other) == pytest.approx([0.1, 0.2])
+
+
+async def test_nested_supervisors_inherit_the_kind_settings(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tuned = ActorSettings(initial_backoff_s=1.5, max_backoff_s=1.5)
+    root, sub = Supervisor(settings={"accountant": tuned}), Supervisor("sub")
+    actor = Tuned("tuned", [0])
+    async with running(root):
+        await root.start(sub)
+        await sub.start(actor)
+        await trio.sleep(10)
+    assert gaps(actor) == pytest.approx([1.5])
+
+
+async def test_max_restarts_counts_within_a_sliding_window(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Crashes spread wider than restart_window_s never give up; as many within it do."""
+    spread = Tuned("spread", [4.0] * 8)  # a crash every ~4 s
+    settings = ActorSettings(
+        initial_backoff_s=0.5, max_backoff_s=0.5, max_restarts=2, restart_window_s=9.0
+    )
+    async with running(Supervisor(settings={"accountant": settings})) as root:
+        await root.start(spread)
+        await trio.sleep(100)
+        (node,) = root.snapshot().children
+    # A crash every 4.5 s: the one 9 s back has left the window, so never more than two.
+    assert (node.state, node.restarts) == ("running", 8)
+    burst = Tuned("burst", [0.1] * 8)
+    async with running(Supervisor(settings={"accountant": settings})) as root:
+        await root.start(burst)
+        await trio.sleep(100)
+        (node,) = root.snapshot().children
+    assert (node.state, node.restarts) == ("failed", 2)
+
+
+async def test_give_up_escalates_to_the_parent_when_asked(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """on_give_up = "escalate": the child's supervisor crashes, its parent restarts it."""
+    escalating = ActorSettings(max_restarts=1, on_give_up="escalate")
+    root = Supervisor()
+    sub = Supervisor("sub", settings={"accountant": escalating})
+    async with running(root):
+        await root.start(sub)
+        await sub.start(Tuned("flaky", [0, 0, 0]))
+        await trio.sleep(5)
+        (sub_node,) = root.snapshot().children
+        assert sub_node.restarts == 1
+        assert sub_node.last_error is not None and "GaveUp" in sub_node.last_error
+        assert sub_node.children == ()  # a restarted supervisor comes back empty
+        assert root.all_running()
+
+
+async def test_give_up_marks_the_child_failed_by_default(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    settings = ActorSettings(max_restarts=0)
+    async with running(Supervisor(settings={"accountant": settings})) as root:
+        await root.start(Tuned("once", [0, 0]))
+        await trio.sleep(5)
+        assert only_child(root).state == "failed"
+        assert root.failed() != []
+
+
+async def test_a_temporary_child_is_never_restarted_nor_failed(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    actor = Scripted("stream", [1.0])
+    async with running(Supervisor()) as root:
+        await root.start(actor, policy=RestartPolicy(temporary=True))
+        await trio.sleep(5)
+        assert root.snapshot().children == ()
+        assert root.failed() == [] and root.all_running()
+    assert len(actor.starts) == 1
+    assert any("not restarted" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_tree_shows_inbox_capacity_and_handling_times(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class Worker(Actor):
+        kind = "batch_writer"
+
+        def __init__(self) -> None:
+            self.name = "worker"
+            self.inbox: Inbox[float] = Inbox(8)
+
+        async def run(
+            self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        ) -> None:
+            task_status.started()
+            async for seconds in self.inbox:
+                began = trio.current_time()
+                await trio.sleep(seconds)
+                self.inbox.handled(trio.current_time() - began)
+
+        def inbox_depth(self) -> int:
+            return self.inbox.depth()
+
+        def inbox_capacity(self) -> int:
+            return self.inbox.capacity
+
+        def handling(self) -> tuple[int, float | None]:
+            return self.inbox.handling()
+
+    worker = Worker()
+    async with running(Supervisor()) as root:
+        await root.start(worker)
+        for n in range(100):
+            await worker.inbox.send(0.01 if n else 1.0)
+        await trio.sleep(10)
+        node = only_child(root)
+    assert (node.kind, node.inbox_capacity, node.messages_handled) == ("batch_writer", 8, 100)
+    assert node.handling_p99_s == pytest.approx(0.01)  # the one slow message is the p100

@@ -53,7 +53,7 @@ async def test_held_subscriptions_get_an_actor_in_the_tree_and_their_events(
         await wait_until(lambda: set(hub.held()) == {mine.id, theirs.id})
         await wait_until(lambda: len(hub.children()) == 2)
         [node] = root.snapshot().children
-        assert (node.name, node.kind) == ("webhooks", "WebhookDispatcher")
+        assert (node.name, node.type) == ("webhooks", "WebhookDispatcher")
         names = {child.name for child in node.children}
         assert names == {f"webhook:{mine.id}", f"webhook:{theirs.id}"}
         # Written after the actors went idle (their idle poll is an hour): the outbox wake.
