@@ -49,6 +49,7 @@ migrate: $(STAMP)
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 fmt: $(DEV_STAMP)
 	$(BIN)/ruff format .

@@ -1,6 +1,6 @@
 """The responses janitor: deletes stored responses whose 30 days are over (docs/responses.md).
 
-Lookups already treat an expired row as absent (gateway/responses/store.py); this only frees
+Lookups already treat an expired row as absent (services/responses.py); this only frees
 the space. Every `interval_s`, in batches until one comes back short. Several instances may run
 it at once: a row is deleted by one statement, once.
 """

@@ -10,7 +10,7 @@ from gateway.auth.operator import OperatorKeys
 from gateway.config import ServerConfig
 from gateway.credits import routes as credits
 from gateway.files import routes as files
-from gateway.files.store import FORM_OVERHEAD_BYTES
+from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.fine_tuning import FineTuningDeps
 from gateway.fine_tuning import routes as fine_tuning
 from gateway.images import ImagesDeps
@@ -18,7 +18,6 @@ from gateway.images import routes as images
 from gateway.inference import routes as inference
 from gateway.inference.completion_events import CompletionEvents
 from gateway.inference.deps import InferenceDeps
-from gateway.keyring.watch import WatchedBox
 from gateway.keys import routes as keys
 from gateway.operations import routes as operations
 from gateway.operations.routes import ALONE, Worker
@@ -32,6 +31,7 @@ from gateway.web import BodyLimits, Operation, Routes, WebApp
 from gateway.web.middleware import RequestMiddleware
 from gateway.webhooks import routes as webhooks
 from protocol.secretbox import WEBHOOK_SECRETS
+from services.keyring import WatchedBox
 
 
 def body_limits(server: ServerConfig) -> BodyLimits:

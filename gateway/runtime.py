@@ -18,6 +18,7 @@ from actors.event_writer import EventWriter
 from actors.files_janitor import FilesJanitor
 from actors.fine_tuning import FineTuningWatcher, WatcherDeps
 from actors.fine_tuning.balance import balance_notifier
+from actors.keyring_watch import KeyringPoller
 from actors.ratelimit import RateLimiter, open_rate_limiter
 from actors.relay import StreamRelays
 from actors.responses_janitor import ResponsesJanitor
@@ -26,22 +27,22 @@ from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from actors.webhooks import WebhookDispatcher, WebhookSettings, open_webhooks
 from actors.webhooks.clock import WallClock
-from gateway.auth import Authenticator
 from gateway.config import Config, ProviderConfig, WebhooksConfig
 from gateway.config.master_key import load_master_key
-from gateway.credits.payments import PaymentProcessor, open_processor
 from gateway.files import FileStore, open_file_store
 from gateway.images import ImageStore
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import register_age_gauge, unlock
-from gateway.keyring.watch import KeyringWatch, WatchedBox
 from gateway.operations.actor_metrics import register_actor_gauges
 from gateway.operations.metrics import Metrics
 from gateway.operations.readiness import Readiness
-from gateway.provider_keys.resolver import ProviderKeyResolver
-from gateway.responses.store import ResponseStore
 from protocol.credentials import CredentialHasher
 from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS
+from services.auth import Authenticator
+from services.keyring import KeyringWatch, WatchedBox
+from services.payments import PaymentProcessor, open_processor
+from services.provider_keys import ProviderKeyResolver
+from services.responses import ResponseStore
 from storage.open import Storage, open_storage
 
 
@@ -108,10 +109,10 @@ async def open_runtime(
         hasher = CredentialHasher(keyring.pepper)
         supervisor = Supervisor("root", settings=config.actors)
         await nursery.start(supervisor.run)
-        watch = KeyringWatch(
-            storage.keyring, master_key, interval=config.server.keyring_check_interval_s
+        watch = KeyringWatch(storage.keyring, master_key)
+        await supervisor.start(
+            KeyringPoller(watch, interval=config.server.keyring_check_interval_s)
         )
-        await supervisor.start(watch)
         # Every box under the master key refuses once the key is retired (a 503 for the operator).
         files = replace(plain_files, box=WatchedBox(master_key, FILE_KEYS, watch))
         last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)

@@ -1,5 +1,5 @@
 """The payment processor interface behind top-ups and auto-replenish (no I/O here; the
-built-in `test` processor is gateway/credits/payments.py)."""
+built-in `test` processor is services/payments.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Stored responses (migration 0010): one self-contained row per response, found by id within
 its organization while unexpired. Lookups hide expired rows at once; the responses janitor
 deletes them later (actors/responses_janitor.py). Holds only sealed and encrypted values:
-sealing is the caller's (gateway/responses/store.py)."""
+sealing is the caller's (services/responses.py)."""
 
 from __future__ import annotations
 

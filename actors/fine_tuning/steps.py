@@ -22,11 +22,9 @@ from typing import Any, Protocol
 import msgspec
 
 from actors.fine_tuning.provider import FineTuningAPI
+from actors.fine_tuning.settings import FineTuningConfig
 from actors.upstream import UpstreamError, Upstreams, UpstreamStatusError
 from actors.webhooks.clock import WallClock
-from gateway.config.schema import FineTuningConfig
-from gateway.files.store import FileStore
-from gateway.provider_keys.resolver import ProviderKeyResolver
 from protocol.blobcrypt import BlobCorrupt
 from protocol.errors import APIError
 from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
@@ -43,6 +41,8 @@ from protocol.fine_tuning.provider import (
     ProviderJobInvalid,
 )
 from protocol.fine_tuning.rules import fine_tuned_model_name, training_charge
+from services.files import FileStore
+from services.provider_keys import ProviderKeyResolver
 from storage.fine_tuning import FineTuningRepository, JobRecord, Note
 
 log = logging.getLogger("gateway.fine_tuning")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from gateway.auth.authenticator import Authenticator, bearer
 from protocol.credentials import OPERATOR_PREFIX
 from protocol.errors import APIError, forbidden, unauthenticated
+from services.auth import Authenticator, bearer
 
 
 class OperatorKeys:

@@ -23,6 +23,7 @@ from typing import TypeVar
 import msgspec
 
 import gateway.config.schema as schema
+from actors.fine_tuning.settings import FineTuningConfig
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings
 from gateway.config.schema import (
@@ -30,7 +31,6 @@ from gateway.config.schema import (
     Config,
     DatabaseConfig,
     FilesConfig,
-    FineTuningConfig,
     ImagesConfig,
     ModelConfig,
     ProviderConfig,

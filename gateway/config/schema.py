@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from actors.fine_tuning.settings import FineTuningConfig
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import ActorSettings
 from protocol.credentials import OPERATOR_PREFIX
@@ -186,19 +187,6 @@ class ImagesConfig:
     # The model of an edit or variation whose form has no `model` (OpenAI's API lets it be
     # omitted): a [[models]] id or `<provider>/<upstream>`. None: `model` is required.
     default_model: str | None = None
-
-
-@dataclass(frozen=True)
-class FineTuningConfig:
-    """`[fine_tuning]`: how jobs are followed at their providers (docs/fine_tuning.md)."""
-
-    poll_initial_s: float = 1.0  # first wait between two polls of a provider job
-    poll_max_s: float = 30.0  # the wait doubles after each poll (and each error) up to this
-    lease_ttl_s: float = 60.0  # a job's watcher renews within this, else another instance takes
-    scan_interval_s: float = 5.0  # how often an instance looks for jobs nobody watches
-    max_watched: int = 200  # jobs one instance watches at once
-    max_example_tokens: int = 65_536  # a longer training example fails the job
-    events_poll_s: float = 1.0  # an SSE stream of job events looks for new ones this often
 
 
 @dataclass(frozen=True)

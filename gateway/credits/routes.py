@@ -8,12 +8,6 @@ from datetime import date, datetime
 from msgspec import UnsetType
 
 from actors.accountant import Accountant
-from gateway.auth.principal import Principal
-from gateway.credits.payments import (
-    PaymentMethod,
-    PaymentProcessor,
-    UnknownPaymentMethod,
-)
 from gateway.credits.topups import top_up
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
@@ -38,6 +32,12 @@ from protocol.decoding import decode_json
 from protocol.money import format_usd, micros_to_usd, usd_to_micros
 from protocol.scopes import BILLING_READ, BILLING_WRITE
 from protocol.timefmt import from_datetime, now_us, to_iso
+from services.payments import (
+    PaymentMethod,
+    PaymentProcessor,
+    UnknownPaymentMethod,
+)
+from services.principal import Principal
 from storage.ledger import Account, Transaction
 from storage.open import Storage
 

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from gateway.config import Config
-from gateway.files.store import FileStore
 from protocol.secretbox import FILE_KEYS, SecretBox
+from services.files import FileStore
 from storage.blobs import BlobStore, LocalBlobStore, S3BlobStore, S3Settings
 from storage.files import FileRepository
 from storage.instance_slot import hold_slot

@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import trio
 
-from gateway.files.store import FileStore
 from gateway.files.upload import Upload
 from gateway.server.asgi import ClientDisconnected
 from gateway.web import Request
 from gateway.web.idempotency import stored_response
 from protocol.files.api import FileObject
 from protocol.timefmt import now_us
+from services.files import FileStore
 from storage.files import FileRecord
 from storage.idempotency import COMPLETED, IdempotencyRepository
 

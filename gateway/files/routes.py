@@ -16,7 +16,7 @@ from typing import Literal
 
 from gateway.config.schema import FilesConfig
 from gateway.files.commit import complete_while_connected, fingerprint, once_per_key
-from gateway.files.store import FORM_LIMITS, FileStore, file_corrupt
+from gateway.files.form import FORM_LIMITS
 from gateway.files.upload import Upload
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.multipart import Part, malformed
@@ -29,6 +29,7 @@ from protocol.files.disposition import content_disposition
 from protocol.labels import check_idempotency_key
 from protocol.scopes import FILES
 from protocol.timefmt import now_us
+from services.files import FileStore, file_corrupt
 from storage.files import FileRecord
 from storage.idempotency import IdempotencyRepository
 from storage.orgs import OrgRepository

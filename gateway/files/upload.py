@@ -33,14 +33,7 @@ from types import TracebackType
 
 import trio
 
-from gateway.files.store import (
-    FORM_OVERHEAD_BYTES,
-    VISION,
-    FileStore,
-    blob_key,
-    expires_at,
-    key_context,
-)
+from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.web.multipart import Part
 from protocol.blobcrypt import Encryptor, new_data_key
 from protocol.errors import APIError
@@ -48,6 +41,13 @@ from protocol.files import FileValidator, InvalidFile, media_type, validator_for
 from protocol.ids import ordered_id
 from protocol.secretbox import wrap_data_key
 from protocol.timefmt import now_us
+from services.files import (
+    VISION,
+    FileStore,
+    blob_key,
+    expires_at,
+    key_context,
+)
 from storage.blobs import BlobWriter
 from storage.files import FileRecord, NewUpload, QuotaExceeded
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import secrets
 
 from actors.accountant import BudgetExceeded, InsufficientCredits
-from gateway.auth.principal import Principal
 from gateway.fine_tuning.deps import FineTuningDeps
 from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.provider_keys.gateway_key import require_gateway_key
@@ -36,6 +35,7 @@ from protocol.fine_tuning.rules import (
 from protocol.ids import new_id
 from protocol.money import format_usd
 from protocol.timefmt import to_iso
+from services.principal import Principal
 from storage.files import FileRecord
 from storage.fine_tuning import HELD, NO_BILLING, JobRecord, Note
 

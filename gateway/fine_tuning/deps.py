@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.accountant import Accountant
+from actors.fine_tuning.settings import FineTuningConfig
 from actors.fine_tuning.steps import BalanceChanged
 from actors.webhooks.clock import WallClock
-from gateway.config.schema import FineTuningConfig
-from gateway.files.store import FileStore
 from gateway.inference.model_registry import ModelRegistry
-from gateway.provider_keys.resolver import ProviderKeyResolver
+from services.files import FileStore
+from services.provider_keys import ProviderKeyResolver
 from storage.fine_tuning import FineTuningRepository
 
 

@@ -4,6 +4,6 @@ their `url` answers (store.py). Request checks per model family are protocol/ima
 from __future__ import annotations
 
 from gateway.images.produce import ImagesDeps
-from gateway.images.store import ImageStore
+from services.images import ImageStore
 
 __all__ = ["ImageStore", "ImagesDeps"]

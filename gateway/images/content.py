@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 
-from gateway.images.store import ImageStore, token_hash, well_formed
 from gateway.web.request import Request
 from gateway.web.responses import Response
 from protocol.blobcrypt import BlobCorrupt
 from protocol.errors import APIError, not_found
 from protocol.timefmt import now_us
+from services.images import ImageStore, token_hash, well_formed
 
 log = logging.getLogger("gateway.images")
 

@@ -13,7 +13,6 @@ from decimal import Decimal
 import msgspec
 
 from actors.upstream import UpstreamError, UpstreamStatusError
-from gateway.images.store import ImageStore
 from gateway.images.urls import base_url, image_url
 from gateway.inference.admission import reserve_units
 from gateway.inference.call import Call
@@ -23,6 +22,7 @@ from protocol.errors import APIError
 from protocol.images.generation import ImageData, ImageResult
 from protocol.images.result import BadImageResult, content_policy_refusal, parse_result
 from protocol.timefmt import now_us
+from services.images import ImageStore
 
 log = logging.getLogger("gateway.images")
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gateway.auth.principal import Principal
 from gateway.config import ModelConfig
 from gateway.inference.billing import Bill, provider_cost
 from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.web.request import Request
 from gateway.web.responses import send_json
 from protocol.usage import Usage
+from services.principal import Principal
 
 
 class Call:

@@ -9,7 +9,7 @@ from actors.accountant import Accountant
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
-from gateway.provider_keys.resolver import ProviderKeyResolver
+from services.provider_keys import ProviderKeyResolver
 from storage.fine_tuned_models import FineTunedModelRepository
 from storage.idempotency import IdempotencyRepository
 

@@ -14,8 +14,6 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 
 from actors.accountant import Accountant
-from gateway.auth import Authenticator
-from gateway.auth.principal import Principal
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.credentials import CredentialHasher, CredentialKind
@@ -24,6 +22,8 @@ from protocol.keys import KeyCreate, KeyCreated, KeyDeleted, KeyItem, KeyList, K
 from protocol.money import micros_to_usd, usd_to_micros
 from protocol.scopes import ALL_SCOPES, KEYS_MANAGE
 from protocol.timefmt import from_datetime, now_us, to_iso
+from services.auth import Authenticator
+from services.principal import Principal
 from storage.errors import UniqueViolation
 from storage.keys import KeyRecord
 from storage.open import Storage

@@ -10,9 +10,7 @@ replaces the first (same id). Another organization's key is indistinguishable fr
 from __future__ import annotations
 
 from actors.upstream import Upstreams
-from gateway.auth.principal import Principal
 from gateway.provider_keys.check import check_with_provider
-from gateway.provider_keys.resolver import ProviderKeyResolver
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.provider_keys import (
@@ -25,6 +23,8 @@ from protocol.provider_keys import (
     shown_hint,
 )
 from protocol.timefmt import to_iso
+from services.principal import Principal
+from services.provider_keys import ProviderKeyResolver
 from storage.open import Storage
 from storage.provider_keys import ProviderKeyRecord
 

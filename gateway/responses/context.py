@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.responses.store import ResponseStore
 from protocol.errors import APIError, invalid_request
 from protocol.ids import new_id
 from protocol.responses.request import ResponsesRequest
 from protocol.responses.to_chat import check_call_ids
+from services.responses import ResponseStore
 
 MAX_CONTEXT_ITEMS = 10_000
 _ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}

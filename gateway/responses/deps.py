@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.inference.deps import InferenceDeps
-from gateway.responses.store import ResponseStore
+from services.responses import ResponseStore
 
 
 @dataclass(frozen=True)

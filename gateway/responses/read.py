@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from gateway.responses.store import ResponseStore, StoredResponse
 from gateway.web import Request, Response, json_response
 from protocol.errors import APIError, invalid_request, not_found
+from services.responses import ResponseStore, StoredResponse
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 

@@ -20,7 +20,6 @@ from typing import get_args
 from urllib.parse import quote
 
 from actors.ratelimit import RateLimiter
-from gateway.auth import Authenticator
 from gateway.auth.operator import OperatorKeys
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext, context_of
@@ -30,6 +29,7 @@ from gateway.web.request import Request
 from gateway.web.routing import Auth, BodyLimit, Route, Router, WebSocketRoute
 from protocol.credentials import CredentialKind
 from protocol.errors import forbidden
+from services.auth import Authenticator
 
 WEBSOCKET_NOT_FOUND = 4404
 

@@ -20,9 +20,9 @@ import logging
 from actors.errors import RedisUnavailable
 from actors.ratelimit import RateLimiter
 from actors.throttled_log import ThrottledWarning
-from gateway.auth.principal import Principal
 from protocol.errors import APIError
 from protocol.ratelimit_headers import decision_headers
+from services.principal import Principal
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
-from gateway.auth.principal import Principal
 from gateway.server.asgi import ClientDisconnected, Receive, Scope, Send
 from gateway.web.context import RequestContext
 from gateway.web.errors import request_too_large
@@ -23,6 +22,7 @@ from gateway.web.query import parse_query
 from gateway.web.responses import Headers
 from protocol.decoding import decode_json
 from protocol.errors import APIError, invalid_request
+from services.principal import Principal
 
 if TYPE_CHECKING:
     from gateway.web.routing import Operation

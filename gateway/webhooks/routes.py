@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from actors.webhooks.secrets import secret_context
-from gateway.auth.principal import Principal
 from gateway.config.schema import WebhooksConfig
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.webhooks.target import check_target
@@ -45,6 +44,7 @@ from protocol.webhooks_api import (
     WebhookUpdate,
     WebhookWithSecret,
 )
+from services.principal import Principal
 from storage.open import Storage
 from storage.webhooks import NewWebhook
 from storage.webhooks import Webhook as WebhookRecord
@@ -116,7 +116,7 @@ def since_us(value: str | int | float) -> int:
 
 
 def routes(storage: Storage, box: SecretBox, config: WebhooksConfig, wake: Wake) -> Routes:
-    """`box`: `webhook_box` of the master key (watched: gateway/keyring/watch.py)."""
+    """`box`: `webhook_box` of the master key (watched: services/keyring.py)."""
     r = Routes()
     repo = storage.webhooks
 

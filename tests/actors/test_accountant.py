@@ -16,8 +16,8 @@ from actors.accountant import (
     BudgetExceeded,
     InsufficientCredits,
 )
-from gateway.credits.payments import TestPaymentProcessor
 from protocol.billing import TOPUP, KeyBudget
+from services.payments import TestPaymentProcessor
 from storage.database import Executor
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.open import Storage

@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from actors.accountant import Accountant
-from gateway.credits.payments import TestPaymentProcessor
 from protocol.billing import ADJUSTMENT
+from services.payments import TestPaymentProcessor
 from storage.open import Storage
 from tests.actors.test_accountant import funded, spend
 from tests.waiting import wait_until, wait_until_async

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.fine_tuning.settings import FineTuningConfig
 from gateway.config import ConfigError, load_config
-from gateway.config.schema import FineTuningConfig
 
 
 def load(tmp_path: Path, text: str) -> FineTuningConfig:

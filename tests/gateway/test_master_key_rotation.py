@@ -111,7 +111,7 @@ async def _seed(storage: Storage, key: bytes, files: int = 3, images: int = 1) -
             },
         )
         seeded.files[file_id] = (blob, content)
-    for i in range(images):  # gateway/images/store.py: data keys sealed like files'
+    for i in range(images):  # services/images.py: data keys sealed like files'
         image_id = new_id("img")
         data_key = blobcrypt.new_data_key()
         content = f"png {i}".encode()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.files.store import FORM_OVERHEAD_BYTES
+from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.errors import ClientDisconnected
 from gateway.web.multipart import Form

@@ -8,10 +8,10 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.provider_keys.resolver import ProviderKeyResolver
 from protocol.errors import APIError
 from protocol.provider_keys import sealing_context
 from protocol.secretbox import PROVIDER_KEYS, SecretBox
+from services.provider_keys import ProviderKeyResolver
 from storage.open import Storage
 from storage.provider_keys import ProviderKeyRepository, SealedProviderKey
 

@@ -13,7 +13,6 @@ from actors.responses_janitor import ResponsesJanitor
 from actors.webhooks.clock import WallClock
 from gateway.keyring import unlock
 from gateway.keyring.rotate import rotate_master_key
-from gateway.responses.store import ResponseStore
 from protocol.errors import APIError
 from protocol.responses.objects import (
     OutputMessage,
@@ -22,6 +21,7 @@ from protocol.responses.objects import (
     decode_response,
 )
 from protocol.secretbox import FILE_KEYS, SecretBox
+from services.responses import ResponseStore
 from storage import Storage
 
 DAY_S = 86_400

@@ -15,10 +15,10 @@ import trio.testing
 
 from actors.accountant import Accountant
 from gateway.credits import topups
-from gateway.credits.payments import TestPaymentProcessor
 from protocol import errors
 from protocol.billing import TOPUP
 from protocol.timefmt import now_us
+from services.payments import TestPaymentProcessor
 from storage.open import Storage
 
 MICROS = 10_000_000

@@ -11,9 +11,9 @@ import httpx
 
 from actors.files_janitor import FilesJanitor
 from bench.upstream.image_routes import image_for
-from gateway.images.store import token_hash
 from protocol.credentials import CredentialKind
 from protocol.timefmt import now_us
+from services.images import token_hash
 from tests.gateway.images.support import error_of, generate, images_rig
 from tests.gateway.keys_client import create_key
 from tests.waiting import wait_until_async

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import trio
 
-from gateway.keyring.watch import recheck_after_failure
 from protocol.errors import APIError
 from protocol.provider_keys import sealing_context
 from protocol.secretbox import SecretBox, SecretBoxError
+from services.keyring import recheck_after_failure
 from storage.provider_keys import ProviderKeyRepository, SealedProviderKey
 
 log = logging.getLogger("gateway.provider_keys")

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import trio
 
-from gateway.keyring.watch import recheck_after_failure
 from protocol import blobcrypt
 from protocol.blobcrypt import BlobCorrupt, new_data_key
 from protocol.ids import ordered_id, random_token
 from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key, wrap_data_key
+from services.keyring import recheck_after_failure
 from storage.blobs import BlobNotFound, BlobStore
 from storage.images import ImageRecord, ImageRepository
 

@@ -15,26 +15,16 @@ from dataclasses import dataclass
 
 import trio
 
-from gateway.keyring.watch import recheck_after_failure
-from gateway.web.multipart import MultipartLimits
 from protocol import blobcrypt
 from protocol.blobcrypt import BlobCorrupt, Decryptor
 from protocol.errors import APIError
 from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key
+from services.keyring import recheck_after_failure
 from storage.blobs import BlobNotFound, BlobReader, BlobStore
 from storage.files import FileRecord, FileRepository
 
 VISION = "vision"
 VISION_RETENTION_US = 24 * 3600 * 1_000_000  # the API: vision files expire after 24 hours
-# What one upload's form may hold (gateway/web/multipart.py): the file and `purpose`, and a few
-# more fields that SDKs may add (skipped).
-FORM_LIMITS = MultipartLimits(max_parts=16)
-# The most a form adds to its file: every other part's headers and value, and boundaries. The
-# route's body limit is the file limit plus this, so a file of exactly the limit fits; a
-# declared length past the quota by more than this is refused before the body is read.
-FORM_OVERHEAD_BYTES = FORM_LIMITS.max_parts * (
-    FORM_LIMITS.max_header_bytes + FORM_LIMITS.max_field_bytes + 256
-)
 
 
 def blob_key(org_id: str, file_id: str) -> str:

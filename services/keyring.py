@@ -5,7 +5,8 @@ An instance reads the keyring at start (unlock.py) and keeps its master key in m
 instance opens from then on fails, and every value it seals would be unreadable to the
 instances with the new key. `KeyringWatch` finds that out
 
-- every `interval` seconds (the actor `keyring-watch`, `[server] keyring_check_interval_s`), and
+- every `interval` seconds (the actor `keyring-watch`, actors/keyring_watch.py,
+  `[server] keyring_check_interval_s`), and
 - at once when a value sealed under the master key does not open (`recheck_after_failure`,
   called where such a failure is caught: files, images, stored responses, provider keys),
 
@@ -21,9 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-import trio
-
-from actors.base import Actor
 from protocol.errors import APIError
 from protocol.keyring import key_id
 from protocol.secretbox import SecretBox, derive_key
@@ -45,7 +43,7 @@ def master_key_rotated(reason: str) -> APIError:
     )
 
 
-class KeyringWatch(Actor):
+class KeyringWatch:
     """Whether the keyring still names the master key this instance was started with."""
 
     def __init__(
@@ -53,13 +51,10 @@ class KeyringWatch(Actor):
         repo: KeyringRepository,
         master_key: bytes,
         *,
-        interval: float = 30.0,
         on_retired: Callable[[], None] = lambda: None,
     ) -> None:
-        self.name = "keyring-watch"
         self._repo = repo
         self.key_id = key_id(master_key)
-        self._interval = interval
         self.on_retired = on_retired
         self.retired = False
         self.reason: str | None = None  # set with `retired`: what the keyring says now
@@ -67,15 +62,6 @@ class KeyringWatch(Actor):
 
     def statistics(self) -> dict[str, object]:
         return {"master_key_id": self.key_id, "retired": self.retired, "checks": self.checks}
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while not self.retired:
-            await trio.sleep(self._interval)
-            try:
-                await self.check()
-            except Exception:  # a database outage is /healthz's to report, not a key change
-                log.warning("the keyring could not be read; checking again later", exc_info=True)
 
     async def check(self) -> bool:
         """Read the keyring; True (and `retired` from now on) if it names another key."""

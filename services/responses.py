@@ -18,11 +18,11 @@ from typing import Any
 
 import msgspec
 
-from gateway.keyring.watch import recheck_after_failure
 from protocol.blobcrypt import new_data_key
 from protocol.errors import server_error
 from protocol.responses.objects import ResponseObject
 from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key, wrap_data_key
+from services.keyring import recheck_after_failure
 from storage.responses import ResponseRecord, ResponseRepository
 
 log = logging.getLogger("gateway.responses")

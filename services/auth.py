@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.auth.principal import Principal
 from protocol.credentials import CredentialHasher, CredentialKind, kind_of
 from protocol.errors import unauthenticated
 from protocol.timefmt import now_us
+from services.principal import Principal
 from storage.open import Storage
 
 _MAX_ENTRIES = 100_000
