@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import httpx
 import trio
 
-from bench.suite import SuiteError
+from bench.processes import SuiteError
 from bench.transfer import RssGauge, transfer_gateway
 from bench.upstream.audio_routes import wav_header
 

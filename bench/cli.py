@@ -25,6 +25,7 @@ from bench.compare import compare_billing, compare_events, compare_revision
 from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
 from bench.load import Scenario
+from bench.processes import ROOT, SuiteError, raise_fd_limit
 from bench.report import (
     Row,
     billing_overhead,
@@ -36,14 +37,7 @@ from bench.report import (
     write_plots,
 )
 from bench.revision import default_cache, describe_tree, materialise
-from bench.suite import (
-    ROOT,
-    SuiteError,
-    SuiteOptions,
-    measure,
-    raise_fd_limit,
-    run_suite,
-)
+from bench.suite import SuiteOptions, measure, run_suite
 
 
 def _concurrency(text: str) -> tuple[int, ...]:

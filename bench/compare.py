@@ -19,6 +19,7 @@ from pathlib import Path
 import trio
 
 from bench.load import Measured, Scenario
+from bench.processes import SuiteError, raise_fd_limit
 from bench.report import Row
 from bench.revision import Revision
 from bench.suite import (
@@ -26,11 +27,9 @@ from bench.suite import (
     CpuPlan,
     GatewayCode,
     Stack,
-    SuiteError,
     SuiteOptions,
     imported_gateway,
     measure,
-    raise_fd_limit,
     stack,
 )
 

@@ -33,7 +33,7 @@ import httpx
 import trio
 
 from bench.file_pipeline import fine_tune_jsonl
-from bench.suite import SuiteError
+from bench.processes import SuiteError
 from bench.transfer import RssGauge, transfer_gateway
 from gateway.config.schema import ServerConfig
 

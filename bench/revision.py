@@ -20,7 +20,8 @@ from pathlib import Path
 
 import trio
 
-from bench.suite import ROOT, GatewayCode, SuiteError
+from bench.processes import ROOT, SuiteError
+from bench.suite import GatewayCode
 
 _STAMP = ".gateway-bench-complete"
 _GIT_TIMEOUT_S = 120.0

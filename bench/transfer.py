@@ -14,15 +14,8 @@ from pathlib import Path
 import httpx
 import trio
 
-from bench.suite import (
-    CpuPlan,
-    SuiteError,
-    cpu_seconds,
-    proc_status_kb,
-    process_tree,
-    raise_fd_limit,
-    stack,
-)
+from bench.processes import SuiteError, cpu_seconds, proc_status_kb, process_tree, raise_fd_limit
+from bench.suite import CpuPlan, stack
 
 
 class RssGauge:

@@ -23,7 +23,8 @@ from protocol.fine_tuning.provider import ACTIVE, CANCELLED, TERMINAL
 from protocol.ids import new_id
 from storage import events
 from storage.database import Database, Executor, Row
-from storage.ledger import LedgerRepository, UsageCharge, add_key_spend, take_key_spend
+from storage.key_spend import add_key_spend, take_key_spend
+from storage.ledger import LedgerRepository, UsageCharge
 from storage.pages import Page
 
 HELD = "held"

@@ -28,7 +28,7 @@ fragments are kept in lists and joined once, when their item closes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -48,83 +48,19 @@ from protocol.responses.objects import (
     response_error,
     usage_from_chat,
 )
+from protocol.responses.stream_shapes import (
+    ChatFrames,
+    Chunk,
+    ItemEvent,
+    LifecycleEvent,
+    PartEvent,
+    ToolCallDelta,
+)
 from protocol.sse import DONE, SSEEvent
 from protocol.usage import Usage
 
-
-class ChatFrames(Protocol):
-    """The inner source: `actors.relay.FrameSource` (restated: protocol/ does not import
-    actors/), i.e. `OpenAIFrames(ChunkRelay(...))` or `anthropic.StreamTranslator(...)`."""
-
-    @property
-    def usage(self) -> Usage | None: ...
-
-    @property
-    def finished(self) -> bool: ...
-
-    def feed(self, event: SSEEvent) -> list[bytes]: ...
-
-    def finish(self) -> list[bytes]: ...
-
-
-# --- the chunks read (only what is translated; the inner source normalized the rest) -----------
-
-
-class _FunctionDelta(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int = 0
-    id: str | None = None
-    function: _FunctionDelta | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _Choice(msgspec.Struct):
-    index: int = 0
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    choices: list[_Choice] | None = None
-    error: Any = None
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_chunk = msgspec.json.Decoder(Chunk).decode
 _encode = msgspec.json.Encoder().encode
-
-# --- the events written ------------------------------------------------------------------------
-
-
-class _LifecycleEvent(msgspec.Struct):
-    type: str
-    sequence_number: int
-    response: ResponseObject
-
-
-class _ItemEvent(msgspec.Struct):
-    type: str
-    sequence_number: int
-    output_index: int
-    item: OutputItem
-
-
-class _PartEvent(msgspec.Struct):
-    type: str
-    sequence_number: int
-    item_id: str
-    output_index: int
-    content_index: int
-    part: ContentPart
-
 
 _INCOMPLETE = {
     "length": IncompleteDetails(reason="max_output_tokens"),
@@ -380,7 +316,7 @@ class ResponseStream:
             + (b',"sequence_number":%d}\n\n' % self._next())
         )
 
-    def _tool_call(self, delta: _ToolCallDelta, out: list[bytes]) -> None:
+    def _tool_call(self, delta: ToolCallDelta, out: list[bytes]) -> None:
         function = delta.function
         call = self._calls.get(delta.index)
         if call is None:
@@ -465,13 +401,13 @@ class ResponseStream:
         return seq
 
     def _lifecycle(self, kind: str, response: ResponseObject) -> bytes:
-        return _frame(kind, _encode(_LifecycleEvent(kind, self._next(), response)))
+        return _frame(kind, _encode(LifecycleEvent(kind, self._next(), response)))
 
     def _item_event(self, kind: str, output_index: int, item: OutputItem) -> bytes:
-        return _frame(kind, _encode(_ItemEvent(kind, self._next(), output_index, item)))
+        return _frame(kind, _encode(ItemEvent(kind, self._next(), output_index, item)))
 
     def _part_event(self, kind: str, message: _Message, part: _Part, built: ContentPart) -> bytes:
-        event = _PartEvent(kind, self._next(), message.id, message.output_index, part.index, built)
+        event = PartEvent(kind, self._next(), message.id, message.output_index, part.index, built)
         return _frame(kind, _encode(event))
 
     def _snapshot(

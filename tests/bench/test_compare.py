@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bench.cli import _parser, main
+from bench.processes import ROOT
 from bench.report import Row, head_against_base, side_by_side
 from bench.revision import default_cache
-from bench.suite import ROOT
 from tests.bench.test_report import result
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import SuiteError
 from bench.revision import materialise, resolve, source_tree, virtualenv
-from bench.suite import GatewayCode, SuiteError, imported_gateway
+from bench.suite import GatewayCode, imported_gateway
 
 
 def git(repo: Path, *args: str) -> str:

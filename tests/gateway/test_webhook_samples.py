@@ -13,9 +13,9 @@ from protocol.billing import KeyBudget, month_of
 from protocol.timefmt import now_us
 from protocol.webhook_samples import SAMPLES, sample_data
 from protocol.webhooks import EVENT_TYPES
+from storage.key_spend import budget_event_data
 from storage.keys import KeyRecord
 from storage.keys import event_data as key_event_data
-from storage.ledger import budget_event_data
 from storage.provider_keys import ProviderKeyRecord
 from storage.provider_keys import event_data as provider_key_event_data
 
