@@ -15,10 +15,12 @@ Errors (mapped to the Upstream* errors by actors/upstream.py):
      └── ReadTimedOut      no complete head, or no next body bytes, within `read_timeout_s`
 
 A connection goes back to the pool only when its response was read to its end, asked for
-keep-alive and had nothing after it; it is reused only if nothing (no byte, no EOF, no reset)
-arrived while it was idle — stray bytes from an upstream must never reach another request. A
-response not read to its end closes its connection when released: that is how an abandoned
-stream stops the provider.
+keep-alive and had nothing after it; it is reused only if it has been idle for less than
+`keepalive_expiry_s` (a NAT or load balancer on the way may have forgotten it without a word,
+and a request sent on it would then wait the whole read timeout) and nothing (no byte, no EOF,
+no reset) arrived while it was idle — stray bytes from an upstream must never reach another
+request. A response not read to its end closes its connection when released: that is how an
+abandoned stream stops the provider.
 """
 
 from __future__ import annotations
@@ -65,8 +67,13 @@ class ReadTimedOut(PoolError):
     pass
 
 
+def expired(*, idle_since: float, now: float, expiry_s: float) -> bool:
+    """Whether a connection idle since `idle_since` (Trio's clock) is too old to reuse."""
+    return now - idle_since >= expiry_s
+
+
 class _Connection:
-    __slots__ = ("_poll", "_tls", "stream")
+    __slots__ = ("_poll", "_tls", "idle_since", "stream")
 
     def __init__(self, stream: trio.SocketStream, tls: trio.SSLStream[trio.SocketStream] | None):
         self.stream: trio.abc.Stream = tls if tls is not None else stream
@@ -74,6 +81,7 @@ class _Connection:
         # poll, not select: descriptors past FD_SETSIZE (1024) are common under load.
         self._poll = select.poll()
         self._poll.register(stream.socket.fileno(), select.POLLIN)
+        self.idle_since = 0.0  # when it last went back to the pool
 
     def quiet(self) -> bool:
         """Whether nothing arrived while idle: no byte, no EOF, no reset (one poll syscall)."""
@@ -186,6 +194,7 @@ class Http1Pool:
         max_idle: int,
         connect_timeout_s: float,
         read_timeout_s: float,
+        keepalive_expiry_s: float = 30.0,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -204,11 +213,13 @@ class Http1Pool:
         self._ssl = ssl.create_default_context() if self._tls else None
         self.opened = 0
         self.discarded = 0  # idle connections found closed or not quiet before reuse
+        self._expiry = keepalive_expiry_s
+        self.expired = 0  # idle connections closed for being idle past keepalive_expiry_s
 
     def __repr__(self) -> str:
         return (
             f"<Http1Pool {self.authority} idle={len(self._idle)} opened={self.opened}"
-            f" discarded={self.discarded}>"
+            f" discarded={self.discarded} expired={self.expired}>"
         )
 
     @asynccontextmanager
@@ -253,6 +264,7 @@ class Http1Pool:
         """Put `conn` back in the pool if its response was read to its end and allows reuse
         (and the pool has room); False: the caller closes it."""
         if response.reusable and len(self._idle) < self._max_idle:
+            conn.idle_since = trio.current_time()
             self._idle.append(conn)
             return True
         return False
@@ -299,6 +311,13 @@ class Http1Pool:
     async def _exchange(self, data: bytes) -> tuple[_Connection, Response]:
         while self._idle:
             conn = self._idle.pop()
+            if expired(idle_since=conn.idle_since, now=trio.current_time(), expiry_s=self._expiry):
+                # The most recently used is popped first: the rest are older still.
+                self.expired += 1 + len(self._idle)
+                stale, self._idle = [conn, *self._idle], []
+                for old in stale:
+                    await _close(old)
+                break
             if not conn.quiet():  # closed by the server, or sent something unasked
                 self.discarded += 1
                 await _close(conn)

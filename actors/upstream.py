@@ -113,6 +113,7 @@ class UpstreamClient:
         connect_timeout_s: float,
         read_timeout_s: float,
         max_response_bytes: int,
+        keepalive_expiry_s: float = 30.0,
     ) -> None:
         self.name = name
         self.max_response_bytes = max_response_bytes
@@ -124,6 +125,7 @@ class UpstreamClient:
             max_idle=max_keepalive_connections,
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
+            keepalive_expiry_s=keepalive_expiry_s,
         )
         self._api_key = api_key
         self._headers: dict[str, bytes] = {}  # by Accept, built on first use

@@ -6,7 +6,9 @@ database, Redis) without stopping it.
 - `blackhole()` is a partition: connections stay open and new ones are accepted, but no byte
   moves in either direction; `heal()` lets the held bytes through, late, as TCP would deliver
   them once a partition ends (a request sent during the partition then runs after its client
-  gave up on it)."""
+  gave up on it).
+- `drop_silently()` is a NAT that forgot the connections open now: their bytes vanish (no
+  reset, no FIN), while new connections work."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class Forwarder:
         self.connections = 0
         self._flowing = trio.Event()
         self._flowing.set()
+        self._dropped: set[trio.SocketStream] = set()
 
     async def listen(self) -> None:
         sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
@@ -50,6 +53,11 @@ class Forwarder:
                 except trio.ClosedResourceError:  # cut
                     return
                 self._nursery.start_soon(self._pipe_pair, client)
+
+    def drop_silently(self) -> None:
+        """The connections open now stop moving bytes for good, with nothing sent to either
+        side; connections opened later are not affected."""
+        self._dropped |= self._streams
 
     async def _pipe_pair(self, client: trio.SocketStream) -> None:
         self.connections += 1
@@ -106,6 +114,8 @@ class Forwarder:
                 if not data:
                     break
                 await self._flowing.wait()
+                if source in self._dropped or sink in self._dropped:
+                    continue  # vanishes
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass

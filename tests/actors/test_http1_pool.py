@@ -402,3 +402,60 @@ async def test_no_answer_after_the_body_times_out(client: UpstreamClient, raw: R
         async with client.post_streamed("x", _blocks(3, produced), content_type="text/plain"):
             pass  # pragma: no cover
     assert produced[0] == 3
+
+
+# -- keep-alive expiry ----------------------------------------------------------------------
+
+
+async def _chat_ok(client: UpstreamClient) -> None:
+    body = b'{"model":"sim-small","messages":[{"role":"user","content":"hi"}]}'
+    content, _ = await client.post_json("chat/completions", body, api_key=None)
+    assert b"chat.completion" in content
+
+
+@pytest.mark.parametrize("expiry_s", [0.2, 60.0])
+async def test_a_connection_idle_past_keepalive_expiry_is_not_reused(expiry_s: float) -> None:
+    """A NAT that silently forgot an idle connection: with the connection idle past
+    `keepalive_expiry_s` the next request opens a new one and succeeds at once; within the
+    expiry (the control) it is reused and costs the read timeout."""
+    from tests.tcp_forwarder import forwarding
+
+    async with trio.open_nursery() as nursery:
+        upstream: UpstreamServer = await nursery.start(serve_upstream)
+        host, port = upstream.url.removeprefix("http://").split(":")
+        async with forwarding(host, int(port)) as forwarder:
+            client = UpstreamClient(
+                "sim",
+                "openai",
+                f"http://127.0.0.1:{forwarder.port}/v1",
+                "sk-test",
+                max_connections=4,
+                max_keepalive_connections=4,
+                connect_timeout_s=0.5,
+                read_timeout_s=1.0,
+                max_response_bytes=MAX_RESPONSE,
+                keepalive_expiry_s=expiry_s,
+            )
+            await _chat_ok(client)
+            await trio.sleep(0.3)  # idle: past 0.2 s, within 60 s
+            forwarder.drop_silently()
+            began = trio.current_time()
+            if expiry_s < 0.3:
+                with trio.fail_after(0.5):  # at most one connect timeout
+                    await _chat_ok(client)
+                assert forwarder.connections == 2
+                assert client.pool.expired == 1
+            else:
+                with pytest.raises(UpstreamTimeout):
+                    await _chat_ok(client)
+                assert trio.current_time() - began >= 1.0  # the read timeout, spent
+            await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def test_keepalive_expiry_decision() -> None:
+    from actors.http1_pool import expired
+
+    assert not expired(idle_since=10.0, now=14.9, expiry_s=5.0)
+    assert expired(idle_since=10.0, now=15.0, expiry_s=5.0)
+    assert expired(idle_since=10.0, now=10.0, expiry_s=0.0)  # 0: never reuse
