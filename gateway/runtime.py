@@ -100,7 +100,7 @@ async def open_runtime(
     master_key = load_master_key(config.master_key, config.data_dir)
     async with (
         open_storage(config.database_url, timeout_s=config.database.statement_timeout_s) as storage,
-        open_rate_limiter(config.redis_url) as limiter,
+        open_rate_limiter(config.redis_url, settings=config.actors["rate_limiter"]) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
         open_file_store(config, storage.files, master_key) as plain_files,
         trio.open_nursery() as nursery,

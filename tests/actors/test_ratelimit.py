@@ -1,18 +1,31 @@
-"""The in-process rate limiter, with Trio's clock driven by the test."""
+"""The in-process rate limiter (a supervisor with an actor per active key), with Trio's clock
+driven by the test."""
 
 from __future__ import annotations
+
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
 import trio.testing
 
 from actors.ratelimit import LocalRateLimiter, open_rate_limiter
+from actors.settings import ActorSettings
 from actors.supervisor import Supervisor
 
 
 @pytest.fixture
 def autojump_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0)
+
+
+@pytest.fixture
+async def limiter(autojump_clock: trio.testing.MockClock) -> AsyncIterator[LocalRateLimiter]:
+    limiter = LocalRateLimiter(ActorSettings(idle_retire_s=300.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(limiter.run)
+        yield limiter
+        nursery.cancel_scope.cancel()
 
 
 async def _admit_until_refused(limiter: LocalRateLimiter, key: str, rpm: int) -> int:
@@ -23,9 +36,8 @@ async def _admit_until_refused(limiter: LocalRateLimiter, key: str, rpm: int) ->
 
 
 async def test_rpm_requests_at_once_then_a_refusal_then_one_per_second(
-    autojump_clock: trio.testing.MockClock,
+    limiter: LocalRateLimiter, autojump_clock: trio.testing.MockClock
 ) -> None:
-    limiter = LocalRateLimiter()
     assert await _admit_until_refused(limiter, "k", 60) == 60
     refused = await limiter.admit("k", 60)
     assert (refused.allowed, refused.remaining) == (False, 0)
@@ -38,9 +50,8 @@ async def test_rpm_requests_at_once_then_a_refusal_then_one_per_second(
 
 
 async def test_a_steady_rate_of_rpm_is_always_admitted(
-    autojump_clock: trio.testing.MockClock,
+    limiter: LocalRateLimiter, autojump_clock: trio.testing.MockClock
 ) -> None:
-    limiter = LocalRateLimiter()
     await _admit_until_refused(limiter, "k", 60)  # start from an exhausted burst
     for _ in range(120):
         await trio.sleep(1.0)
@@ -52,17 +63,17 @@ async def test_a_steady_rate_of_rpm_is_always_admitted(
         assert (await limiter.admit("fresh", 60)).remaining == 59
 
 
-async def test_keys_are_independent(autojump_clock: trio.testing.MockClock) -> None:
-    limiter = LocalRateLimiter()
+async def test_keys_are_independent(
+    limiter: LocalRateLimiter, autojump_clock: trio.testing.MockClock
+) -> None:
     assert await _admit_until_refused(limiter, "a", 3) == 3
     assert await _admit_until_refused(limiter, "b", 5) == 5
     assert limiter.statistics()["keys"] == 2
 
 
 async def test_changing_rpm_applies_the_new_rate_to_the_same_state(
-    autojump_clock: trio.testing.MockClock,
+    limiter: LocalRateLimiter, autojump_clock: trio.testing.MockClock
 ) -> None:
-    limiter = LocalRateLimiter()
     for _ in range(30):  # half the minute's burst used at 60 rpm: TAT is 30 s ahead
         assert (await limiter.admit("up", 60)).allowed
     # At 120 rpm the tolerance is 59.5 s and the interval 0.5 s: 60 more fit.
@@ -76,35 +87,46 @@ async def test_changing_rpm_applies_the_new_rate_to_the_same_state(
     assert refused.retry_after_s == pytest.approx(6.0)
 
 
-async def test_admission_is_not_a_checkpoint(autojump_clock: trio.testing.MockClock) -> None:
-    limiter = LocalRateLimiter()
+async def test_admission_is_not_a_checkpoint(
+    limiter: LocalRateLimiter, autojump_clock: trio.testing.MockClock
+) -> None:
+    await limiter.admit("k", 60)  # the key's actor exists: no spawn in what follows
     with trio.testing.assert_no_checkpoints():
         await limiter.admit("k", 60)
 
 
-async def test_housekeeping_retires_idle_keys_every_minute(
+async def test_each_active_key_has_its_actor_retired_when_idle_and_its_tat_past(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    limiter = LocalRateLimiter()
+    limiter = LocalRateLimiter(ActorSettings(idle_retire_s=10.0))
     async with trio.open_nursery() as nursery:
         await nursery.start(limiter.run)
         await limiter.admit("short", 60)  # TAT at 1 s
-        await trio.sleep(30.0)
-        await limiter.admit("long", 1)  # TAT at 90 s
+        await limiter.admit("long", 1)  # TAT at 60 s
         assert await _admit_until_refused(limiter, "long", 1) == 0
-        assert limiter.statistics() == {
-            "keys": 2,
-            "admitted": 2,
-            "refused": 1,
-            "unavailable": 0,
-            "backend": "local",
-        }
-        await trio.sleep(30.5)  # the sweep at 60 s has run
-        assert limiter.statistics()["keys"] == 1
-        await trio.sleep(60.0)  # and the one at 120 s
+        children = {c.name: c for c in limiter.snapshot().children}
+        assert set(children) == {"key:short", "key:long"}
+        assert {c.kind for c in children.values()} == {"rate_limiter"}
+        assert limiter.statistics()["keys"] == 2
+        await trio.sleep(10.5)  # idle for idle_retire_s: "short" retires, "long"'s TAT is ahead
+        assert [c.name for c in limiter.snapshot().children] == ["key:long"]
+        await trio.sleep(50.0)  # its TAT (60 s) has passed too
+        assert limiter.snapshot().children == ()
         assert limiter.statistics()["keys"] == 0
         # A retired key starts afresh: the full burst is available again.
         assert (await limiter.admit("long", 1)).allowed
+        assert [c.name for c in limiter.snapshot().children] == ["key:long"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_used_key_is_not_retired(autojump_clock: trio.testing.MockClock) -> None:
+    limiter = LocalRateLimiter(ActorSettings(idle_retire_s=10.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(limiter.run)
+        for _ in range(5):
+            await limiter.admit("busy", 600)
+            await trio.sleep(8.0)
+            assert limiter.statistics()["keys"] == 1
         nursery.cancel_scope.cancel()
 
 
@@ -118,13 +140,17 @@ async def test_runs_under_the_supervisor_and_shows_its_statistics(
         await supervisor.start(limiter)
         await limiter.admit("k", 60)
         (child,) = supervisor.snapshot().children
-        assert (child.name, child.state) == ("rate-limiter", "running")
+        assert (child.name, child.state) == ("rate-limiters", "running")
         assert child.statistics["admitted"] == 1
+        (key,) = child.children
+        assert (key.name, key.kind, key.messages_handled) == ("key:k", "rate_limiter", 1)
         nursery.cancel_scope.cancel()
 
 
 async def test_open_rate_limiter_without_a_url_is_local() -> None:
-    async with open_rate_limiter(None) as limiter:
+    async with open_rate_limiter(None) as limiter, trio.open_nursery() as nursery:
         assert isinstance(limiter, LocalRateLimiter)
+        await nursery.start(limiter.run)
         assert limiter.statistics()["backend"] == "local"
         assert (await limiter.admit("k", 1)).allowed
+        nursery.cancel_scope.cancel()
