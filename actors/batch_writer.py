@@ -30,7 +30,9 @@ from actors.inbox import Inbox
 from actors.settings import DEFAULTS, ActorSettings
 
 T = TypeVar("T")
-Write = Callable[[list[T]], Awaitable[None]]
+Write = Callable[[list[T]], Awaitable[int | None]]
+"""Writes one batch; returns how many rows it wrote when that can be fewer (a rewrite that
+skips rows already stored), else None."""
 
 log = logging.getLogger("gateway.actors")
 
@@ -82,9 +84,11 @@ class BatchWriter(Actor, Generic[T]):
         makes room. `urgent`: write soon, without waiting for the interval."""
         self.stats.offered += 1
         try:
+            if self.queued() >= self._inbox.capacity:  # a failed batch kept counts too
+                raise trio.WouldBlock
             self._inbox.send_nowait(item)
         except trio.WouldBlock:
-            if self._inbox.overflow != "drop_oldest":
+            if self._inbox.overflow != "drop_oldest" or not self._inbox.depth():
                 self.stats.dropped += 1
                 return False
             self._inbox.receive_nowait()
@@ -178,8 +182,9 @@ class BatchWriter(Actor, Generic[T]):
         batch, retry = self._buffer, self._retry
         self._buffer, self._retry = [], False
         written = False
+        rows: int | None = None
         try:
-            await (self._rewrite if retry else self._write)(batch)
+            rows = await (self._rewrite if retry else self._write)(batch)
             written = True
         except Exception:
             log.exception("%s: writing %d items failed; retrying", self.name, len(batch))
@@ -190,5 +195,5 @@ class BatchWriter(Actor, Generic[T]):
                 self._retry = True
         if written:
             self.stats.flushes += 1
-            self.stats.written += len(batch)
+            self.stats.written += len(batch) if rows is None else rows
         return written

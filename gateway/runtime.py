@@ -113,7 +113,9 @@ async def open_runtime(
         await supervisor.start(watch)
         # Every box under the master key refuses once the key is retired (a 503 for the operator).
         files = replace(plain_files, box=WatchedBox(master_key, FILE_KEYS, watch))
-        last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
+        last_used = LastUsedRecorder(
+            storage.keys, settings=config.actors["batch_writer"], interval=last_used_interval
+        )
         auth = Authenticator(storage, hasher, note_use=last_used.note)
         provider_keys = ProviderKeyResolver(
             storage.provider_keys, WatchedBox(master_key, PROVIDER_KEYS, watch)
@@ -139,7 +141,7 @@ async def open_runtime(
             shared_holds,
             max_auto_topups_per_day=config.billing.max_auto_topups_per_day,
         )
-        event_writer = EventWriter(storage.events)
+        event_writer = EventWriter(storage.events, settings=config.actors["batch_writer"])
         webhooks, janitor = open_webhooks(
             storage.webhooks,
             master_key,
