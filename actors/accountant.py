@@ -26,19 +26,20 @@ from dataclasses import dataclass, field
 
 import trio
 
+from actors.auto_replenish import AutoReplenish
 from actors.awaiting_charges import AwaitingCharges
 from actors.base import Actor
-from actors.charge_credit import credit_id, refund_unless_credited
 from actors.errors import RedisUnavailable
 from actors.flushing import flush_shielded
+from actors.settings import ActorSettings
 from actors.shared_holds import (
     HEARTBEAT_S,
     Settlement,
     SharedHolds,
 )
 from actors.throttled_log import ThrottledWarning
-from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
-from protocol.payments import PaymentDeclined, PaymentProcessor
+from protocol.billing import KeyBudget, Period, day_of, month_of
+from protocol.payments import PaymentProcessor
 from protocol.timefmt import now_us
 from storage.events import NewEvent
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
@@ -46,11 +47,7 @@ from storage.orgs import OrgRepository
 
 log = logging.getLogger("gateway.accountant")
 
-# An attempt's claim counts as abandoned after this (a crashed instance); a declined payment
-# is retried after this long, not in a loop (docs/billing.md).
 _FLUSH_LIMIT_S = 10.0
-REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
-REPLENISH_RETRY_US = 60 * 60 * 1_000_000
 
 
 shared_outage = ThrottledWarning(
@@ -130,9 +127,6 @@ class AccountantStats:
     flushes: int = 0
     flush_failures: int = 0
     rows_written: int = 0
-    replenished: int = 0
-    replenish_failures: int = 0
-    replenish_limited: int = 0  # due top-ups refused by the daily cap (logged, with an event)
     shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
@@ -154,9 +148,9 @@ class Accountant(Actor):
         batch_size: int = 500,
         balance_ttl_s: float = 1.0,
         max_auto_topups_per_day: int = 3,
+        replenish_settings: ActorSettings | None = None,
     ) -> None:
         self.name = "accountant"
-        self._max_auto_topups_per_day = max_auto_topups_per_day
         self._ledger = ledger
         self._orgs = orgs
         self._flush_interval_s = flush_interval_s
@@ -169,11 +163,20 @@ class Accountant(Actor):
         self._awaiting = AwaitingCharges()  # settled, waiting for their request's end
         self._lock = trio.Lock()  # flushes, balance reads and credits: one at a time
         self._wake = trio.Event()
-        self._payments = payments
         self._shared = shared
         self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
-        self._replenishing: set[str] = set()
-        self._topups_capped: dict[str, str] = {}  # org: the UTC day its cap was found used up
+        # Its own actor (started by the runtime next to this one): top-ups found due by a flush.
+        self.replenisher = (
+            None
+            if payments is None
+            else AutoReplenish(
+                ledger,
+                payments,
+                self.credit,
+                settings=replenish_settings,
+                max_auto_topups_per_day=max_auto_topups_per_day,
+            )
+        )
         self._rereading: set[str] = set()  # orgs whose stale view is being re-read
         self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
         self.stats = AccountantStats()
@@ -190,9 +193,6 @@ class Accountant(Actor):
             "flushes": s.flushes,
             "flush_failures": s.flush_failures,
             "rows_written": s.rows_written,
-            "replenished": s.replenished,
-            "replenish_failures": s.replenish_failures,
-            "replenish_limited": s.replenish_limited,
             "shared_unavailable": s.shared_unavailable,
         }
 
@@ -536,7 +536,6 @@ class Accountant(Actor):
                         log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
             self._tasks = None
-            self._replenishing.clear()
             self._rereading.clear()
             if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):  # stopping: write it all
                 log.error(
@@ -605,8 +604,8 @@ class Accountant(Actor):
                         view.loaded_at = -math.inf  # balance not read back: re-read it
                         continue
                     view.balance = settled.balances[org_id]
-                    if org_id in settled.replenish_due:
-                        self._check_replenish(org_id)
+                    if org_id in settled.replenish_due and self.replenisher is not None:
+                        self.replenisher.due(org_id)
             self._flushed_keys(batch, settled.key_spend)
             return shared
 
@@ -620,69 +619,6 @@ class Accountant(Actor):
             # Kept by SharedHolds and sent again; the holds stay (stricter, never looser).
             self.stats.flush_failures += 1
             shared_outage(exc)
-
-    # -- auto-replenish ------------------------------------------------------------------
-
-    def _check_replenish(self, org_id: str) -> None:
-        """Start one attempt when the flush found a top-up due (it crossed the threshold, or
-        a declined one waits): none while one runs on this instance; the ledger's claim keeps
-        other instances out too and counts the day's cap (storage/replenish.py)."""
-        if self._tasks is None or self._payments is None or org_id in self._replenishing:
-            return
-        if self._topups_capped.get(org_id) == day_of(now_us()).label:
-            return  # the day's cap is used up: no claim per flush until the next UTC day
-        self._replenishing.add(org_id)
-        self._tasks.start_soon(self._replenish, org_id)
-
-    async def _replenish(self, org_id: str) -> None:
-        assert self._payments is not None
-        try:
-            now = now_us()
-            claim = await self._ledger.claim_replenish(
-                org_id,
-                now,
-                stale_after_us=REPLENISH_CLAIM_US,
-                retry_after_us=REPLENISH_RETRY_US,
-                max_per_day=self._max_auto_topups_per_day,
-            )
-            if claim.capped:
-                self._topups_capped[org_id] = day_of(now).label
-            if claim.limited is not None:  # once per org and UTC day, with the event
-                self.stats.replenish_limited += 1
-                log.warning(
-                    "auto-replenish of %s is due but its %d automatic top-ups of %s are used"
-                    " up ([billing] max_auto_topups_per_day); wrote billing.auto_topup_limited",
-                    org_id,
-                    self._max_auto_topups_per_day,
-                    claim.limited["day"],
-                )
-            amount = claim.amount
-            if amount is None:
-                return  # not due, another instance has it, a failure waits, or the day's cap
-            method = self._payments.default_method(org_id)
-            reference = f"replenish:{org_id}:{now}"
-            try:
-                await self._payments.charge(org_id, method, amount, reference)
-            except PaymentDeclined as exc:
-                self.stats.replenish_failures += 1
-                log.warning("auto-replenish of %s declined: %s; retrying later", org_id, exc)
-                await self._ledger.end_replenish(org_id, failure=str(exc), now=now_us())
-                return
-            except BaseException:  # the charge may have happened
-                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
-                raise
-            description = f"Auto top-up ({method.brand} {method.last4})"
-            try:
-                await self.credit(org_id, TOPUP, amount, description, id=credit_id(reference))
-            except BaseException:  # failed or stopped: never charged without the credit
-                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
-                raise
-            await self._ledger.end_replenish(org_id, failure=None, now=now_us())
-            self.stats.replenished += 1
-        except Exception:
-            log.exception("auto-replenish of %s failed", org_id)
-        finally:
-            self._replenishing.discard(org_id)
 
     def _flushed_keys(self, batch: list[UsageCharge], totals: dict[tuple[str, str], int]) -> None:
         """Move the batch's key spend from pending to stored (capped keys only have views)."""

@@ -140,6 +140,7 @@ async def open_runtime(
             payments,
             shared_holds,
             max_auto_topups_per_day=config.billing.max_auto_topups_per_day,
+            replenish_settings=config.actors["auto_replenish"],
         )
         event_writer = EventWriter(storage.events, settings=config.actors["batch_writer"])
         webhooks, janitor = open_webhooks(
@@ -178,6 +179,7 @@ async def open_runtime(
             relays,
             limiter,
             accountant,
+            *([] if accountant.replenisher is None else [accountant.replenisher]),
             event_writer,
             webhooks,
             janitor,

@@ -114,7 +114,7 @@ async def test_urgent_items_are_written_without_waiting_for_the_interval(
 async def test_offer_never_waits_and_refuses_when_full_under_wait_or_reject() -> None:
     for overflow in ("wait", "reject"):
         sink = Sink()
-        settings = ActorSettings(inbox_capacity=3, overflow=overflow)  # type: ignore[arg-type]
+        settings = ActorSettings(inbox_capacity=3, overflow=overflow)
         writer = BatchWriter[int]("w", sink.write, settings=settings)
         assert [writer.offer(n) for n in range(5)] == [True, True, True, False, False]
         assert writer.statistics()["dropped"] == 2 and writer.inbox_depth() == 3
