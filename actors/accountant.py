@@ -1,21 +1,15 @@
-"""The accountant: holds each organization's spendable balance in memory, reserves a request's
-maximum cost before its upstream call, settles the actual charge after, and writes usage to the
-ledger in batches (one transaction per flush: on size, every `flush_interval_s`, and on stop).
+"""The accountant: holds each organization's spendable balance in memory (actors/accounts.py),
+reserves a request's maximum cost before its upstream call, settles the actual charge after,
+and writes usage to the ledger in batches (on size, every `flush_interval_s`, and on stop).
 
-Reserve and settle are plain method calls (no inbox): under Trio nothing runs between the check
-and the reservation, so concurrent requests of one org cannot both spend the same credit. The
-view of an org is `balance (as stored) - pending (settled, not flushed) - reserved`; the stored
-balance is re-read at most every `balance_ttl_s` and after every flush, always under the same
-lock as the flushes, so a re-read never misses or double-counts a batch.
-
-A crash between settle and flush loses at most the unflushed batch (those requests go unbilled);
-a flush that fails is retried with the same transaction ids, skipping the ones already stored,
-so a batch is never charged twice (docs/billing.md).
-
-A charge settled for a request still answering (`awaits_event`) waits for the request's end
-(`request_ended`), where its `completion.*` event, if one is made, joins it: the flush writes
-both in one transaction, so a billed request's event is never lost without its charge
-(actors/awaiting_charges.py).
+A reservation that needs no I/O is a plain call (`reserve_now`): nothing runs between check
+and hold, so concurrent requests of one org cannot both spend the same credit. One that needs
+I/O is a message through the inbox, answered by a task of the running accountant, which then
+takes the same step (actors/asking.py; the cost of a message: docs/decisions.md). Settle never
+waits. A crash loses at most the unflushed batch (unbilled, never charged twice: a failed
+flush is retried skipping the ids already stored). A charge settled for a request still
+answering (`awaits_event`) waits for its end and is written with its `completion.*` event in
+one transaction (actors/awaiting_charges.py).
 """
 
 from __future__ import annotations
@@ -34,18 +28,16 @@ from actors.accounts import (
     Reservation,
     Views,
     labels,
+    reserve_shared,
 )
+from actors.asking import Asking
 from actors.auto_replenish import AutoReplenish
 from actors.awaiting_charges import AwaitingCharges
 from actors.base import Actor
 from actors.errors import RedisUnavailable
 from actors.flushing import flush_shielded
-from actors.settings import ActorSettings
-from actors.shared_holds import (
-    HEARTBEAT_S,
-    Settlement,
-    SharedHolds,
-)
+from actors.settings import DEFAULTS, ActorSettings
+from actors.shared_holds import HEARTBEAT_S, Settlement, SharedHolds
 from actors.throttled_log import ThrottledWarning
 from protocol.billing import KeyBudget, day_of, month_of
 from protocol.payments import PaymentProcessor
@@ -61,10 +53,10 @@ log = logging.getLogger("gateway.accountant")
 
 _FLUSH_LIMIT_S = 10.0
 
-
 shared_outage = ThrottledWarning(
     log, "shared holds unavailable, checking this instance's view only: %s"
 )
+_Question = tuple[str, int, KeyBudget | None]  # a reservation asked: org, micros, budget
 
 
 @dataclass
@@ -97,8 +89,14 @@ class Accountant(Actor):
         balance_ttl_s: float = 1.0,
         max_auto_topups_per_day: int = 3,
         replenish_settings: ActorSettings | None = None,
+        settings: ActorSettings | None = None,
     ) -> None:
         self.name = "accountant"
+        settings = settings or DEFAULTS["accountant"]
+        self._asking: Asking[_Question, Reservation] = Asking(
+            "accountant", settings, self._answer, lambda held: self.settle(held, None)
+        )
+        self._serving = False  # started (and not stopped): reservations needing I/O are asked
         self._ledger = ledger
         self._flush_interval_s = flush_interval_s
         self._batch_size = batch_size
@@ -136,10 +134,15 @@ class Accountant(Actor):
             "flush_failures": s.flush_failures,
             "rows_written": s.rows_written,
             "shared_unavailable": s.shared_unavailable,
+            "reserving": self._asking.answering,
+            "inbox": self._asking.inbox.statistics(),
         }
 
     def inbox_depth(self) -> int:
-        return len(self._queue.charges)
+        return self._asking.inbox.depth()
+
+    def inbox_capacity(self) -> int:
+        return self._asking.inbox.capacity
 
     # -- the hot path ------------------------------------------------------------------
 
@@ -176,7 +179,20 @@ class Accountant(Actor):
 
         With Redis, the checks are shared by every instance. If Redis cannot answer, this
         instance falls back to its own view (exact for itself, not across instances) rather
-        than refusing all traffic; docs/decisions.md, "shared holds"."""
+        than refusing all traffic; docs/decisions.md, "shared holds".
+
+        Asked of the running accountant through its inbox (and waiting there while it
+        restarts); answered here when it is not running (tools, tests, shutdown)."""
+        if not self._serving:
+            return await self._reserve(org_id, micros, budget)
+        return await self._asking.ask((org_id, micros, budget))
+
+    async def _answer(self, question: _Question) -> Reservation:
+        return await self._reserve(*question)
+
+    async def _reserve(
+        self, org_id: str, micros: int, budget: KeyBudget | None = None
+    ) -> Reservation:
         view = await self._v.org(org_id)
         if self._shared is not None:
             try:
@@ -229,29 +245,15 @@ class Accountant(Actor):
         micros: int,
         budget: KeyBudget | None,
     ) -> Reservation:
-        async def stored_balance() -> int:
-            return (await self._ledger.account(org_id)).balance_micros
-
-        async def stored_spend() -> tuple[int, int]:
-            assert budget is not None
-            return (await self._ledger.key_spend([budget.key_id], now_us()))[budget.key_id]
-
-        refusal = await shared.reserve(
-            org_id, micros, budget, stored_balance=stored_balance, stored_spend=stored_spend
-        )
-        if refusal is not None:
+        try:
+            reservation = await reserve_shared(
+                shared, self._ledger, view.plan, org_id, micros, budget
+            )
+        except (InsufficientCredits, BudgetExceeded):
             self.stats.refused += 1
-            if refusal.kind == "balance":
-                raise InsufficientCredits(org_id, refusal.amount, micros)
-            assert budget is not None
-            now = now_us()
-            period = day_of(now) if refusal.kind == "day" else month_of(now)
-            cap = budget.daily_micros if refusal.kind == "day" else budget.monthly_micros
-            assert cap is not None
-            raise BudgetExceeded(budget, period, cap, refusal.amount, refusal.held)
+            raise
         self.stats.reserved += 1
-        key_id = budget.key_id if budget is not None and budget.capped else None
-        return Reservation(org_id, view.plan, micros, key_id=key_id, shared=True)
+        return reservation
 
     async def note_exhausted(self, org_id: str, exc: BudgetExceeded) -> None:
         """Write `budget.exhausted` once per key and period (here in memory, and across
@@ -394,6 +396,8 @@ class Accountant(Actor):
         try:
             async with trio.open_nursery() as tasks:
                 self._v.tasks = tasks
+                tasks.start_soon(self._asking.serve, tasks)
+                self._serving = True
                 if self._shared is not None:
                     tasks.start_soon(self._heartbeats, self._shared)
                 task_status.started()
@@ -404,6 +408,9 @@ class Accountant(Actor):
                     if not await flush_shielded(self.flush_due, _FLUSH_LIMIT_S):
                         log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
+            if trio.current_effective_deadline() == -math.inf:
+                self._serving = False  # stopped (not crashed): nobody will read the inbox
+                self._asking.refuse_waiting()
             self._v.stopped()
             if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):  # stopping: write it all
                 log.error(

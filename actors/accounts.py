@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from actors.shared_holds import SharedHolds
 from protocol.billing import KeyBudget, Period, day_of, month_of
 from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, UsageCharge
@@ -218,6 +219,40 @@ class Views:
     def pending_micros(self, org_id: str) -> int:
         view = self.orgs.get(org_id)
         return 0 if view is None else view.pending
+
+
+async def reserve_shared(
+    shared: SharedHolds,
+    ledger: LedgerRepository,
+    plan: str,
+    org_id: str,
+    micros: int,
+    budget: KeyBudget | None,
+) -> Reservation:
+    """Hold `micros` in Redis, checked against every instance's holds (actors/shared_holds.py);
+    InsufficientCredits or BudgetExceeded when they do not fit."""
+
+    async def stored_balance() -> int:
+        return (await ledger.account(org_id)).balance_micros
+
+    async def stored_spend() -> tuple[int, int]:
+        assert budget is not None
+        return (await ledger.key_spend([budget.key_id], now_us()))[budget.key_id]
+
+    refusal = await shared.reserve(
+        org_id, micros, budget, stored_balance=stored_balance, stored_spend=stored_spend
+    )
+    if refusal is not None:
+        if refusal.kind == "balance":
+            raise InsufficientCredits(org_id, refusal.amount, micros)
+        assert budget is not None
+        now = now_us()
+        period = day_of(now) if refusal.kind == "day" else month_of(now)
+        cap = budget.daily_micros if refusal.kind == "day" else budget.monthly_micros
+        assert cap is not None
+        raise BudgetExceeded(budget, period, cap, refusal.amount, refusal.held)
+    key_id = budget.key_id if budget is not None and budget.capped else None
+    return Reservation(org_id, plan, micros, key_id=key_id, shared=True)
 
 
 def labels(created_at: int) -> tuple[str, str]:

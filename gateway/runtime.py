@@ -141,6 +141,7 @@ async def open_runtime(
             shared_holds,
             max_auto_topups_per_day=config.billing.max_auto_topups_per_day,
             replenish_settings=config.actors["auto_replenish"],
+            settings=config.actors["accountant"],
         )
         event_writer = EventWriter(storage.events, settings=config.actors["batch_writer"])
         webhooks, janitor = open_webhooks(
