@@ -6,7 +6,8 @@ does not hold the others, and the inbox holds what arrives while the actor is do
 (restarting after a crash), to be answered once it is back. A requester that stops waiting
 (cancelled, timed out) abandons its request: an answer made for it, or made later, is handed
 to `release` (e.g. a reservation let go), never kept. `refuse_waiting` answers what is left
-when the actor stops for good.
+when the actor stops for good; a requester waits at most `answer_within_s` (an actor its
+supervisor gave up on answers nothing), then gets `ActorBroken`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Asking(Generic[Q, R]):
         settings: ActorSettings,
         answer: Callable[[Q], Awaitable[R]],
         release: Callable[[R], None],
+        *,
+        answer_within_s: float = 30.0,
     ) -> None:
         self.inbox: Inbox[_Request[Q, R]] = Inbox(
             settings.inbox_capacity, overflow=settings.overflow, name=name
@@ -47,13 +50,22 @@ class Asking(Generic[Q, R]):
         self._name = name
         self._answer = answer
         self._release = release
+        self._answer_within_s = answer_within_s
         self.answering = 0  # requests being answered now
 
     async def ask(self, question: Q) -> R:
         request: _Request[Q, R] = _Request(question)
         await self.inbox.put(request)
         try:
-            return await request.reply.wait()
+            with trio.fail_after(self._answer_within_s):
+                return await request.reply.wait()
+        except trio.TooSlowError:
+            request.abandoned = True
+            if request.answer is not None:
+                self._release(request.answer)
+            raise ActorBroken(
+                f"the {self._name} did not answer within {self._answer_within_s} s"
+            ) from None
         except BaseException:
             request.abandoned = True  # what was or will be answered is let go
             if request.answer is not None:
