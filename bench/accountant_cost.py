@@ -5,9 +5,11 @@
 Three ways, best of three runs of N (default 10,000) requests, in µs of CPU each:
 
 - `direct`: what gateway/inference does, `reserve_now` (no I/O, no await) else `reserve`;
-- `reserve`: always `await accountant.reserve(...)` (a fresh view: no I/O either);
-- `inbox`: the same reservation asked through an `Inbox` with a `Reply` (`ask`) of an actor
-  that answers it with `reserve_now`: the cost of making every reservation a message.
+- `reserve`: always `await accountant.reserve(...)`, which the running accountant answers
+  through its inbox, one task per request (actors/asking.py): the path of a reservation that
+  needs I/O, here without the I/O;
+- `inbox`: the bare round trip, asked through an `Inbox` with a `Reply` (`ask`) of a loop
+  that answers with `reserve_now` in its own task.
 
 Usage writes are kept out of the measure (a flush interval of an hour, written at the end).
 """
