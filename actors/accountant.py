@@ -1,21 +1,15 @@
-"""The accountant: holds each organization's spendable balance in memory, reserves a request's
-maximum cost before its upstream call, settles the actual charge after, and writes usage to the
-ledger in batches (one transaction per flush: on size, every `flush_interval_s`, and on stop).
+"""The accountant: holds each organization's spendable balance in memory (actors/accounts.py),
+reserves a request's maximum cost before its upstream call, settles the actual charge after,
+and writes usage to the ledger in batches (on size, every `flush_interval_s`, and on stop).
 
-Reserve and settle are plain method calls (no inbox): under Trio nothing runs between the check
-and the reservation, so concurrent requests of one org cannot both spend the same credit. The
-view of an org is `balance (as stored) - pending (settled, not flushed) - reserved`; the stored
-balance is re-read at most every `balance_ttl_s` and after every flush, always under the same
-lock as the flushes, so a re-read never misses or double-counts a batch.
-
-A crash between settle and flush loses at most the unflushed batch (those requests go unbilled);
-a flush that fails is retried with the same transaction ids, skipping the ones already stored,
-so a batch is never charged twice (docs/billing.md).
-
-A charge settled for a request still answering (`awaits_event`) waits for the request's end
-(`request_ended`), where its `completion.*` event, if one is made, joins it: the flush writes
-both in one transaction, so a billed request's event is never lost without its charge
-(actors/awaiting_charges.py).
+A reservation that needs no I/O is a plain call (`reserve_now`): nothing runs between check
+and hold, so concurrent requests of one org cannot both spend the same credit. One that needs
+I/O is a message through the inbox, answered by a task of the running accountant, which then
+takes the same step (actors/asking.py; the cost of a message: docs/decisions.md). Settle never
+waits. A crash loses at most the unflushed batch (unbilled, never charged twice: a failed
+flush is retried skipping the ids already stored). A charge settled for a request still
+answering (`awaits_event`) waits for its end and is written with its `completion.*` event in
+one transaction (actors/awaiting_charges.py).
 """
 
 from __future__ import annotations
@@ -26,100 +20,43 @@ from dataclasses import dataclass, field
 
 import trio
 
+from actors.accounts import (
+    BudgetExceeded,
+    InsufficientCredits,
+    KeyView,
+    OrgView,
+    Reservation,
+    Views,
+    labels,
+    reserve_shared,
+)
+from actors.asking import Asking
+from actors.auto_replenish import AutoReplenish
 from actors.awaiting_charges import AwaitingCharges
 from actors.base import Actor
-from actors.charge_credit import credit_id, refund_unless_credited
 from actors.errors import RedisUnavailable
 from actors.flushing import flush_shielded
-from actors.shared_holds import (
-    HEARTBEAT_S,
-    Settlement,
-    SharedHolds,
-)
+from actors.settings import DEFAULTS, ActorSettings
+from actors.shared_holds import HEARTBEAT_S, Settlement, SharedHolds
 from actors.throttled_log import ThrottledWarning
-from protocol.billing import TOPUP, KeyBudget, Period, day_of, month_of
-from protocol.payments import PaymentDeclined, PaymentProcessor
+from protocol.billing import KeyBudget, day_of, month_of
+from protocol.payments import PaymentProcessor
 from protocol.timefmt import now_us
 from storage.events import NewEvent
 from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.orgs import OrgRepository
 
+# What callers (gateway/inference, fine-tuning) import from here; defined in actors/accounts.py.
+__all__ = ["Accountant", "BudgetExceeded", "InsufficientCredits", "Reservation", "shared_outage"]
+
 log = logging.getLogger("gateway.accountant")
 
-# An attempt's claim counts as abandoned after this (a crashed instance); a declined payment
-# is retried after this long, not in a loop (docs/billing.md).
 _FLUSH_LIMIT_S = 10.0
-REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
-REPLENISH_RETRY_US = 60 * 60 * 1_000_000
-
 
 shared_outage = ThrottledWarning(
     log, "shared holds unavailable, checking this instance's view only: %s"
 )
-
-
-class BudgetExceeded(Exception):
-    """The key's daily or monthly cap cannot hold the reservation."""
-
-    def __init__(
-        self,
-        budget: KeyBudget,
-        period: Period,
-        cap: int,
-        committed: int,
-        held: int | None = None,
-    ) -> None:
-        super().__init__(f"{budget.key_id}: {period.label} cap {cap}, committed {committed}")
-        self.budget = budget
-        self.period = period
-        self.cap = cap
-        self.committed = committed  # spent + settled-unwritten + reserved, before this request
-        self.held = held  # the reserved part of it (None: not known apart)
-
-
-class InsufficientCredits(Exception):
-    def __init__(self, org_id: str, available_micros: int, needed_micros: int) -> None:
-        super().__init__(f"{org_id}: {available_micros} available, {needed_micros} needed")
-        self.available_micros = available_micros
-        self.needed_micros = needed_micros
-
-
-@dataclass
-class OrgView:
-    plan: str
-    balance: int  # as stored, at `loaded_at` or the last flush
-    loaded_at: float
-    pending: int = 0  # settled here, not yet flushed
-    reserved: int = 0  # held for requests in flight
-
-    @property
-    def available(self) -> int:
-        return self.balance - self.pending - self.reserved
-
-
-@dataclass
-class KeyView:
-    """A capped key's spend per period label (`d:…`, `m:…`): as stored, settled but not yet
-    written, and reserved by requests in flight."""
-
-    loaded_at: float
-    spent: dict[str, int] = field(default_factory=dict)
-    pending: dict[str, int] = field(default_factory=dict)
-    reserved: int = 0
-
-    def committed(self, label: str) -> int:
-        return self.spent.get(label, 0) + self.pending.get(label, 0) + self.reserved
-
-
-@dataclass
-class Reservation:
-    org_id: str
-    plan: str
-    micros: int
-    key_id: str | None = None  # set when a capped key's view holds part of it
-    shared: bool = False  # held in Redis (SharedHolds), settled there at the next flush
-    here: int | None = None  # with Redis, held on this view meanwhile (SharedHolds.hold_here)
-    open: bool = True
+_Question = tuple[str, int, KeyBudget | None]  # a reservation asked: org, micros, budget
 
 
 @dataclass
@@ -130,9 +67,6 @@ class AccountantStats:
     flushes: int = 0
     flush_failures: int = 0
     rows_written: int = 0
-    replenished: int = 0
-    replenish_failures: int = 0
-    replenish_limited: int = 0  # due top-ups refused by the daily cap (logged, with an event)
     shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
@@ -156,34 +90,43 @@ class Accountant(Actor):
         batch_size: int = 500,
         balance_ttl_s: float = 1.0,
         max_auto_topups_per_day: int = 3,
+        replenish_settings: ActorSettings | None = None,
+        settings: ActorSettings | None = None,
     ) -> None:
         self.name = "accountant"
-        self._max_auto_topups_per_day = max_auto_topups_per_day
+        settings = settings or DEFAULTS["accountant"]
+        self._asking: Asking[_Question, Reservation] = Asking(
+            "accountant", settings, self._answer, lambda held: self.settle(held, None)
+        )
+        self._serving = False  # started (and not stopped): reservations needing I/O are asked
         self._ledger = ledger
-        self._orgs = orgs
         self._flush_interval_s = flush_interval_s
         self._batch_size = batch_size
-        self._balance_ttl_s = balance_ttl_s
-        self._views: dict[str, OrgView] = {}
-        self._keys: dict[str, KeyView] = {}
+        self._v = Views(ledger, orgs, balance_ttl_s)  # what this instance knows of balances
         self._exhausted_noted: set[tuple[str, str]] = set()
         self._queue = _Queue()
         self._awaiting = AwaitingCharges()  # settled, waiting for their request's end
-        self._lock = trio.Lock()  # flushes, balance reads and credits: one at a time
         self._wake = trio.Event()
-        self._payments = payments
         self._shared = shared
         self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
-        self._replenishing: set[str] = set()
-        self._topups_capped: dict[str, str] = {}  # org: the UTC day its cap was found used up
-        self._rereading: set[str] = set()  # orgs whose stale view is being re-read
-        self._tasks: trio.Nursery | None = None  # while running: auto-replenish attempts
+        # Its own actor (started by the runtime next to this one): top-ups found due by a flush.
+        self.replenisher = (
+            None
+            if payments is None
+            else AutoReplenish(
+                ledger,
+                payments,
+                self.credit,
+                settings=replenish_settings,
+                max_auto_topups_per_day=max_auto_topups_per_day,
+            )
+        )
         self.stats = AccountantStats()
 
     def statistics(self) -> dict[str, object]:
         s = self.stats
         return {
-            "orgs": len(self._views),
+            "orgs": len(self._v.orgs),
             "queued": len(self._queue.charges),
             "awaiting_request_end": len(self._awaiting),
             "reserved": s.reserved,
@@ -192,23 +135,26 @@ class Accountant(Actor):
             "flushes": s.flushes,
             "flush_failures": s.flush_failures,
             "rows_written": s.rows_written,
-            "replenished": s.replenished,
-            "replenish_failures": s.replenish_failures,
-            "replenish_limited": s.replenish_limited,
             "shared_unavailable": s.shared_unavailable,
+            "reserving": self._asking.answering,
+            "inbox": self._asking.inbox.statistics(),
         }
 
     def inbox_depth(self) -> int:
-        return len(self._queue.charges)
+        return self._asking.inbox.depth()
 
-    # -- the hot path ------------------------------------------------------------------
+    def inbox_capacity(self) -> int:
+        return self._asking.inbox.capacity
+
+    def handling(self) -> tuple[int, float | None]:
+        return self._asking.inbox.handling()
 
     async def plan_of(self, org_id: str) -> str:
-        return (await self._view(org_id)).plan
+        return (await self._v.org(org_id)).plan
 
     def fresh_plan(self, org_id: str) -> str | None:
         """The org's plan without I/O, when its view is usable (else None: `plan_of`)."""
-        view = self._usable_view(org_id)
+        view = self._v.usable(org_id)
         return None if view is None else view.plan
 
     def reserve_now(
@@ -218,13 +164,13 @@ class Accountant(Actor):
         and the views it needs are fresh. None when it would need I/O: call `reserve`."""
         if self._shared is not None:
             return None
-        view = self._usable_view(org_id)
+        view = self._v.usable(org_id)
         if view is None:
             return None
         key_view = None
         if budget is not None and budget.capped:
-            key_view = self._keys.get(budget.key_id)
-            if key_view is None or trio.current_time() - key_view.loaded_at >= self._balance_ttl_s:
+            key_view = self._v.fresh_key(budget.key_id)
+            if key_view is None:
                 return None
         return self._hold(view, key_view, org_id, micros, budget)
 
@@ -236,8 +182,21 @@ class Accountant(Actor):
 
         With Redis, the checks are shared by every instance. If Redis cannot answer, this
         instance falls back to its own view (exact for itself, not across instances) rather
-        than refusing all traffic; docs/decisions.md, "shared holds"."""
-        view = await self._view(org_id)
+        than refusing all traffic; docs/decisions.md, "shared holds".
+
+        Asked of the running accountant through its inbox (and waiting there while it
+        restarts); answered here when it is not running (tools, tests, shutdown)."""
+        if not self._serving:
+            return await self._reserve(org_id, micros, budget)
+        return await self._asking.ask((org_id, micros, budget))
+
+    async def _answer(self, question: _Question) -> Reservation:
+        return await self._reserve(*question)
+
+    async def _reserve(
+        self, org_id: str, micros: int, budget: KeyBudget | None = None
+    ) -> Reservation:
+        view = await self._v.org(org_id)
         if self._shared is not None:
             try:
                 return await self._reserve_shared(self._shared, view, org_id, micros, budget)
@@ -246,7 +205,7 @@ class Accountant(Actor):
                 shared_outage(exc)
         key_view = None
         if budget is not None and budget.capped:
-            key_view = await self._key_view(budget.key_id)
+            key_view = await self._v.key(budget.key_id)
         reservation = self._hold(view, key_view, org_id, micros, budget)
         if self._shared is not None:  # posted to Redis if still held when it is back
             reservation.here = self._shared.hold_here(org_id, reservation.key_id, micros)
@@ -289,29 +248,15 @@ class Accountant(Actor):
         micros: int,
         budget: KeyBudget | None,
     ) -> Reservation:
-        async def stored_balance() -> int:
-            return (await self._ledger.account(org_id)).balance_micros
-
-        async def stored_spend() -> tuple[int, int]:
-            assert budget is not None
-            return (await self._ledger.key_spend([budget.key_id], now_us()))[budget.key_id]
-
-        refusal = await shared.reserve(
-            org_id, micros, budget, stored_balance=stored_balance, stored_spend=stored_spend
-        )
-        if refusal is not None:
+        try:
+            reservation = await reserve_shared(
+                shared, self._ledger, view.plan, org_id, micros, budget
+            )
+        except (InsufficientCredits, BudgetExceeded):
             self.stats.refused += 1
-            if refusal.kind == "balance":
-                raise InsufficientCredits(org_id, refusal.amount, micros)
-            assert budget is not None
-            now = now_us()
-            period = day_of(now) if refusal.kind == "day" else month_of(now)
-            cap = budget.daily_micros if refusal.kind == "day" else budget.monthly_micros
-            assert cap is not None
-            raise BudgetExceeded(budget, period, cap, refusal.amount, refusal.held)
+            raise
         self.stats.reserved += 1
-        key_id = budget.key_id if budget is not None and budget.capped else None
-        return Reservation(org_id, view.plan, micros, key_id=key_id, shared=True)
+        return reservation
 
     async def note_exhausted(self, org_id: str, exc: BudgetExceeded) -> None:
         """Write `budget.exhausted` once per key and period (here in memory, and across
@@ -338,16 +283,16 @@ class Accountant(Actor):
             else:
                 self._shared_queue.append(in_redis)
             return
-        view = self._views.get(reservation.org_id)
+        view = self._v.orgs.get(reservation.org_id)
         if view is not None:
             view.reserved -= reservation.micros
             if charge is not None:
                 view.pending += charge.micros
-        key_view = self._keys.get(reservation.key_id) if reservation.key_id else None
+        key_view = self._v.keys.get(reservation.key_id) if reservation.key_id else None
         if key_view is not None:
             key_view.reserved -= reservation.micros
             if charge is not None:
-                for label in _labels(charge.created_at):
+                for label in labels(charge.created_at):
                     key_view.pending[label] = key_view.pending.get(label, 0) + charge.micros
         settlement: Settlement | None = None
         if reservation.here is not None:  # admitted on this view: Redis must count it too
@@ -395,12 +340,12 @@ class Accountant(Actor):
 
     def _settle_shared(self, reservation: Reservation, charge: UsageCharge | None) -> Settlement:
         charged = 0 if charge is None else charge.micros
-        view = self._views.get(reservation.org_id)
+        view = self._v.orgs.get(reservation.org_id)
         if view is not None:
             view.pending += charged  # for this instance's own reads (GET /v1/credits)
-        key_view = self._keys.get(reservation.key_id) if reservation.key_id else None
+        key_view = self._v.keys.get(reservation.key_id) if reservation.key_id else None
         if key_view is not None and charge is not None:  # as `_flushed_keys` takes it off
-            for label in _labels(charge.created_at):
+            for label in labels(charge.created_at):
                 key_view.pending[label] = key_view.pending.get(label, 0) + charged
         self._wake.set()  # holds in Redis block other instances until settled: do not wait
         return Settlement(
@@ -417,7 +362,7 @@ class Accountant(Actor):
         """A balance change made on this instance outside of usage (top-up, adjustment): written
         at once, and seen by the next reservation. With `id`, written once: a second credit
         with it raises UniqueViolation and changes nothing."""
-        async with self._lock:
+        async with self._v.lock:
             txn = await self._ledger.apply(org_id, type, micros, description, id=id)
             if self._shared is not None:
                 try:
@@ -426,7 +371,7 @@ class Accountant(Actor):
                     log.warning(
                         "could not add a credit of %s to the shared balance yet: %s", org_id, exc
                     )
-            view = self._views.get(org_id)
+            view = self._v.orgs.get(org_id)
             if view is not None:
                 view.balance = txn.balance_after_micros
                 view.loaded_at = trio.current_time()
@@ -434,99 +379,28 @@ class Accountant(Actor):
 
     def key_spend(self, key_id: str, now: int, stored: tuple[int, int]) -> tuple[int, int]:
         """`stored` (today, this month) plus what this instance settled and not yet wrote."""
-        view = self._keys.get(key_id)
-        if view is None:
-            return stored
-        day, month = _labels(now)
-        return stored[0] + view.pending.get(day, 0), stored[1] + view.pending.get(month, 0)
+        return self._v.key_spend(key_id, now, stored)
 
     def refresh(self, org_id: str) -> None:
         """Re-read the org's account (settings changed) on its next request."""
-        view = self._views.get(org_id)
-        if view is not None:
-            view.loaded_at = -math.inf
+        self._v.refresh(org_id)
 
     def refresh_key(self, key_id: str) -> None:
         """Re-read the key's stored spend on its next request (spend was written outside the
         accountant: a training hold or its refund)."""
-        view = self._keys.get(key_id)
-        if view is not None:
-            view.loaded_at = -math.inf
+        self._v.refresh_key(key_id)
 
     def pending_micros(self, org_id: str) -> int:
-        view = self._views.get(org_id)
-        return 0 if view is None else view.pending
-
-    def _usable_view(self, org_id: str) -> OrgView | None:
-        """The org's view when it can be used without I/O: fresh, or stale by age only (not
-        invalidated by `refresh`) while the accountant runs, in which case it is re-read in
-        the background. Requests never wait for that re-read (they waited behind the flush
-        holding the lock: a stall of every request of the org once a second). A stale view
-        is still exact for this instance's own spending; what it misses is a change made
-        elsewhere (another instance's top-up, a plan change) for one re-read longer."""
-        view = self._views.get(org_id)
-        if view is None:
-            return None
-        age = trio.current_time() - view.loaded_at
-        if age < self._balance_ttl_s:
-            return view
-        if age == math.inf or self._tasks is None:
-            return None
-        if org_id not in self._rereading:
-            self._rereading.add(org_id)
-            self._tasks.start_soon(self._reread, org_id)
-        return view
-
-    async def _reread(self, org_id: str) -> None:
-        try:
-            await self._view(org_id, reread=True)
-        except Exception as exc:  # the stale view stays in use; the next request tries again
-            log.warning("re-reading the account of %s failed: %s", org_id, exc)
-        finally:
-            self._rereading.discard(org_id)
-
-    async def _view(self, org_id: str, *, reread: bool = False) -> OrgView:
-        view = None if reread else self._usable_view(org_id)
-        if view is not None:
-            return view
-        async with self._lock:  # no flush in between: `pending` matches what is stored
-            view = self._views.get(org_id)
-            now = trio.current_time()
-            if view is not None and now - view.loaded_at < self._balance_ttl_s:
-                return view  # another request re-read it while this one waited
-            account = await self._ledger.account(org_id)
-            org = await self._orgs.get(org_id)  # re-read too: the plan (and fee) may change
-            plan = org.plan if org else "free"
-            if view is None:
-                view = self._views[org_id] = OrgView(plan=plan, balance=0, loaded_at=now)
-            view.plan = plan
-            view.balance = account.balance_micros
-            view.loaded_at = now
-            return view
-
-    async def _key_view(self, key_id: str) -> KeyView:
-        view = self._keys.get(key_id)
-        if view is not None and trio.current_time() - view.loaded_at < self._balance_ttl_s:
-            return view
-        async with self._lock:  # as for balances: never between a flush and its bookkeeping
-            view = self._keys.get(key_id)
-            now = trio.current_time()
-            if view is not None and now - view.loaded_at < self._balance_ttl_s:
-                return view
-            wall = now_us()
-            day, month = (await self._ledger.key_spend([key_id], wall))[key_id]
-            if view is None:
-                view = self._keys[key_id] = KeyView(loaded_at=now)
-            view.spent = {day_of(wall).label: day, month_of(wall).label: month}
-            view.loaded_at = now
-            return view
+        return self._v.pending_micros(org_id)
 
     # -- the flusher -------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as tasks:
-                self._tasks = tasks
+                self._v.tasks = tasks
+                tasks.start_soon(self._asking.serve, tasks)
+                self._serving = True
                 if self._shared is not None:
                     tasks.start_soon(self._heartbeats, self._shared)
                 task_status.started()
@@ -537,9 +411,10 @@ class Accountant(Actor):
                     if not await flush_shielded(self.flush_due, _FLUSH_LIMIT_S):
                         log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
         finally:
-            self._tasks = None
-            self._replenishing.clear()
-            self._rereading.clear()
+            if trio.current_effective_deadline() == -math.inf:
+                self._serving = False  # stopped (not crashed): nobody will read the inbox
+                self._asking.refuse_waiting()
+            self._v.stopped()
             if not await flush_shielded(self.flush, _FLUSH_LIMIT_S):  # stopping: write it all
                 log.error(
                     "the final flush took over %s s: %d usage charges were not written",
@@ -572,7 +447,7 @@ class Accountant(Actor):
 
     async def _flush_usage(self, *, everything: bool) -> list[Settlement]:
         """The usage write; returns the Redis settlements whose charges are now stored."""
-        async with self._lock:
+        async with self._v.lock:
             now = None if everything else trio.current_time()
             for charge, settlement in self._awaiting.take(waited_since=now):
                 self._enqueue(charge, settlement)
@@ -600,16 +475,16 @@ class Accountant(Actor):
             for charge in batch:
                 flushed[charge.org_id] = flushed.get(charge.org_id, 0) + charge.micros
             for org_id, micros in flushed.items():
-                view = self._views.get(org_id)
+                view = self._v.orgs.get(org_id)
                 if view is not None:
                     view.pending -= micros
                     if org_id not in settled.balances:  # a retry found all its rows stored
                         view.loaded_at = -math.inf  # balance not read back: re-read it
                         continue
                     view.balance = settled.balances[org_id]
-                    if org_id in settled.replenish_due:
-                        self._check_replenish(org_id)
-            self._flushed_keys(batch, settled.key_spend)
+                    if org_id in settled.replenish_due and self.replenisher is not None:
+                        self.replenisher.due(org_id)
+            self._v.flushed_keys(batch, settled.key_spend)
             return shared
 
     async def _flush_shared(self, batch: list[Settlement]) -> None:
@@ -622,89 +497,3 @@ class Accountant(Actor):
             # Kept by SharedHolds and sent again; the holds stay (stricter, never looser).
             self.stats.flush_failures += 1
             shared_outage(exc)
-
-    # -- auto-replenish ------------------------------------------------------------------
-
-    def _check_replenish(self, org_id: str) -> None:
-        """Start one attempt when the flush found a top-up due (it crossed the threshold, or
-        a declined one waits): none while one runs on this instance; the ledger's claim keeps
-        other instances out too and counts the day's cap (storage/replenish.py)."""
-        if self._tasks is None or self._payments is None or org_id in self._replenishing:
-            return
-        if self._topups_capped.get(org_id) == day_of(now_us()).label:
-            return  # the day's cap is used up: no claim per flush until the next UTC day
-        self._replenishing.add(org_id)
-        self._tasks.start_soon(self._replenish, org_id)
-
-    async def _replenish(self, org_id: str) -> None:
-        assert self._payments is not None
-        try:
-            now = now_us()
-            claim = await self._ledger.claim_replenish(
-                org_id,
-                now,
-                stale_after_us=REPLENISH_CLAIM_US,
-                retry_after_us=REPLENISH_RETRY_US,
-                max_per_day=self._max_auto_topups_per_day,
-            )
-            if claim.capped:
-                self._topups_capped[org_id] = day_of(now).label
-            if claim.limited is not None:  # once per org and UTC day, with the event
-                self.stats.replenish_limited += 1
-                log.warning(
-                    "auto-replenish of %s is due but its %d automatic top-ups of %s are used"
-                    " up ([billing] max_auto_topups_per_day); wrote billing.auto_topup_limited",
-                    org_id,
-                    self._max_auto_topups_per_day,
-                    claim.limited["day"],
-                )
-            amount = claim.amount
-            if amount is None:
-                return  # not due, another instance has it, a failure waits, or the day's cap
-            method = self._payments.default_method(org_id)
-            reference = f"replenish:{org_id}:{now}"
-            try:
-                await self._payments.charge(org_id, method, amount, reference)
-            except PaymentDeclined as exc:
-                self.stats.replenish_failures += 1
-                log.warning("auto-replenish of %s declined: %s; retrying later", org_id, exc)
-                await self._ledger.end_replenish(org_id, failure=str(exc), now=now_us())
-                return
-            except BaseException:  # the charge may have happened
-                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
-                raise
-            description = f"Auto top-up ({method.brand} {method.last4})"
-            try:
-                await self.credit(org_id, TOPUP, amount, description, id=credit_id(reference))
-            except BaseException:  # failed or stopped: never charged without the credit
-                await refund_unless_credited(self._ledger, self._payments, org_id, reference)
-                raise
-            await self._ledger.end_replenish(org_id, failure=None, now=now_us())
-            self.stats.replenished += 1
-        except Exception:
-            log.exception("auto-replenish of %s failed", org_id)
-        finally:
-            self._replenishing.discard(org_id)
-
-    def _flushed_keys(self, batch: list[UsageCharge], totals: dict[tuple[str, str], int]) -> None:
-        """Move the batch's key spend from pending to stored (capped keys only have views)."""
-        if not self._keys:
-            return
-        for charge in batch:
-            key_view = self._keys.get(charge.key_id) if charge.key_id else None
-            if key_view is None:
-                continue
-            for label in _labels(charge.created_at):
-                left = key_view.pending.get(label, 0) - charge.micros
-                if left:
-                    key_view.pending[label] = left
-                else:
-                    key_view.pending.pop(label, None)
-        for (key_id, label), total in totals.items():
-            key_view = self._keys.get(key_id)
-            if key_view is not None:
-                key_view.spent[label] = total
-
-
-def _labels(created_at: int) -> tuple[str, str]:
-    return day_of(created_at).label, month_of(created_at).label

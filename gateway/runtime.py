@@ -115,7 +115,9 @@ async def open_runtime(
         )
         # Every box under the master key refuses once the key is retired (a 503 for the operator).
         files = replace(plain_files, box=WatchedBox(master_key, FILE_KEYS, watch))
-        last_used = LastUsedRecorder(storage.keys, interval=last_used_interval)
+        last_used = LastUsedRecorder(
+            storage.keys, settings=config.actors["batch_writer"], interval=last_used_interval
+        )
         auth = Authenticator(storage, hasher, note_use=last_used.note)
         provider_keys = ProviderKeyResolver(
             storage.provider_keys, WatchedBox(master_key, PROVIDER_KEYS, watch)
@@ -140,8 +142,10 @@ async def open_runtime(
             payments,
             shared_holds,
             max_auto_topups_per_day=config.billing.max_auto_topups_per_day,
+            replenish_settings=config.actors["auto_replenish"],
+            settings=config.actors["accountant"],
         )
-        event_writer = EventWriter(storage.events)
+        event_writer = EventWriter(storage.events, settings=config.actors["batch_writer"])
         webhooks, janitor = open_webhooks(
             storage.webhooks,
             master_key,
@@ -178,6 +182,7 @@ async def open_runtime(
             relays,
             limiter,
             accountant,
+            *([] if accountant.replenisher is None else [accountant.replenisher]),
             event_writer,
             webhooks,
             janitor,

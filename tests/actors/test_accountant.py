@@ -10,12 +10,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from actors.accountant import (
-    REPLENISH_RETRY_US,
-    Accountant,
-    BudgetExceeded,
-    InsufficientCredits,
-)
+from actors.accountant import Accountant, BudgetExceeded, InsufficientCredits
+from actors.auto_replenish import REPLENISH_RETRY_US, AutoReplenish
 from protocol.billing import TOPUP, KeyBudget
 from services.payments import TestPaymentProcessor
 from storage.database import Executor
@@ -23,6 +19,19 @@ from storage.ledger import LedgerRepository, Transaction, UsageCharge
 from storage.open import Storage
 from tests.charges import usage_charge
 from tests.waiting import wait_until
+
+
+async def start(nursery: trio.Nursery, acc: Accountant) -> None:
+    """Start the accountant and, when it has one, its auto-replenish actor (the runtime starts
+    both under its supervisor)."""
+    await nursery.start(acc.run)
+    if acc.replenisher is not None:
+        await nursery.start(acc.replenisher.run)
+
+
+def rep(acc: Accountant) -> AutoReplenish:
+    assert acc.replenisher is not None
+    return acc.replenisher
 
 
 def charge(org_id: str, micros: int) -> UsageCharge:
@@ -56,7 +65,7 @@ async def test_settled_charges_are_written_on_the_flush_interval(storage: Storag
     org = await funded(storage, 1_000)
     acc = Accountant(storage.ledger, storage.orgs, flush_interval_s=0.05)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         for micros in (10, 20, 30):
             acc.settle(await acc.reserve(org, micros), charge(org, micros))
         assert await storage.ledger.sum_rows(org) == 1_000  # not written yet
@@ -71,7 +80,7 @@ async def test_a_full_batch_is_written_at_once(storage: Storage) -> None:
     org = await funded(storage, 1_000)
     acc = Accountant(storage.ledger, storage.orgs, flush_interval_s=3600, batch_size=2)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         acc.settle(await acc.reserve(org, 1), charge(org, 1))
         acc.settle(await acc.reserve(org, 1), charge(org, 1))
         await wait_until(lambda: acc.stats.rows_written >= 2)
@@ -83,7 +92,7 @@ async def test_stopping_writes_what_is_queued(storage: Storage) -> None:
     org = await funded(storage, 1_000)
     acc = Accountant(storage.ledger, storage.orgs, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         acc.settle(await acc.reserve(org, 5), charge(org, 5))
         nursery.cancel_scope.cancel()
     assert (await storage.ledger.account(org)).balance_micros == 995
@@ -179,7 +188,7 @@ async def test_a_running_accountant_re_reads_a_stale_balance_without_making_requ
         return True
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         assert acc.reserve_now(org, 50) is None  # never read yet: `reserve` does the I/O
         acc.settle(await acc.reserve(org, 50), None)
         await storage.ledger.apply(org, TOPUP, 1_000, "top-up elsewhere")  # another instance
@@ -253,14 +262,14 @@ async def test_auto_replenish_tops_up_once_when_the_balance_falls_below(
     payments = TestPaymentProcessor()
     acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         await spend(acc, org, 500_000, 1)  # 5.5 USD: above the threshold
         assert payments.attempts == 0
         # Many requests and flushes below the threshold, while the top-up runs: one charge.
         async with trio.open_nursery() as burst:
             for _ in range(5):
                 burst.start_soon(spend, acc, org, 200_000, 2)
-        await wait_until(lambda: acc.stats.replenished == 1)
+        await wait_until(lambda: rep(acc).stats.replenished == 1)
         await spend(acc, org, 100_000, 3)
         nursery.cancel_scope.cancel()
     assert payments.attempts == 1
@@ -281,9 +290,9 @@ async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
     payments.set_default(org, "pm_card_chargeDeclined")
     acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         await spend(acc, org, 200_000, 1)
-        await wait_until(lambda: acc.stats.replenish_failures == 1)
+        await wait_until(lambda: rep(acc).stats.replenish_failures == 1)
         for _ in range(5):
             await spend(acc, org, 10_000, 1)
             await trio.lowlevel.checkpoint()
@@ -301,7 +310,7 @@ async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
         # the spends above started may still be asking the database (slow under load), so
         # spend until a flush finds none running.
         with trio.fail_after(10):
-            while acc.stats.replenished == 0:
+            while rep(acc).stats.replenished == 0:
                 await spend(acc, org, 10_000, 1)
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
@@ -315,12 +324,12 @@ async def test_two_instances_replenish_once(storage: Storage) -> None:
     a = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
     b = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
-        await nursery.start(a.run)
-        await nursery.start(b.run)
+        await start(nursery, a)
+        await start(nursery, b)
         async with trio.open_nursery() as burst:
             burst.start_soon(spend, a, org, 200_000, 1)
             burst.start_soon(spend, b, org, 200_000, 1)
-        await wait_until(lambda: a.stats.replenished + b.stats.replenished == 1)
+        await wait_until(lambda: rep(a).stats.replenished + rep(b).stats.replenished == 1)
         for acc in (a, b):
             await spend(acc, org, 10_000, 1)
         nursery.cancel_scope.cancel()
@@ -350,7 +359,7 @@ async def test_a_replenish_whose_credit_fails_is_refunded(storage: Storage) -> N
     payments = TestPaymentProcessor()
     acc = Accountant(TopupsFail(storage.db), storage.orgs, payments, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
-        await nursery.start(acc.run)
+        await start(nursery, acc)
         await spend(acc, org, 200_000, 1)
         await wait_until(lambda: payments.charges and payments.charges[0].refunded)
         nursery.cancel_scope.cancel()

@@ -57,7 +57,8 @@ async def test_a_full_buffer_drops_and_counts_never_blocks(storage: Storage) -> 
     writer = EventWriter(storage.events, capacity=3)
     accepted = [writer.offer(event(org_id, n)) for n in range(5)]  # no checkpoint: never waits
     assert accepted == [True, True, True, False, False]
-    assert writer.statistics() == {
+    stats = writer.statistics()
+    assert {k: v for k, v in stats.items() if k != "inbox"} == {
         "queued": 3,
         "offered": 5,
         "written": 0,
