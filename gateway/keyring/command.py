@@ -26,7 +26,6 @@ import sys
 from collections.abc import Mapping
 
 from gateway.config import Config, ConfigError
-from gateway.config.loader import ENVIRONMENT
 from gateway.config.master_key import (
     MASTER_KEY_FILE,
     NEXT_KEY_FILE,
@@ -35,7 +34,8 @@ from gateway.config.master_key import (
     sync_directory,
     write_key_file,
 )
-from gateway.config.schema import InvalidValue, parse_master_key
+from gateway.config.table import ENVIRONMENT
+from gateway.config.values import InvalidValue, parse_master_key
 from gateway.keyring.rotate import RotationError, RotationReport, rotate_master_key
 from protocol.keyring import key_id
 from storage.open import open_storage
