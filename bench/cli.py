@@ -26,6 +26,7 @@ from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
 from bench.load import Scenario
 from bench.processes import ROOT, SuiteError, raise_fd_limit
+from bench.ratelimit import compare_ratelimit
 from bench.report import (
     Row,
     billing_overhead,
@@ -143,6 +144,19 @@ def _parser() -> argparse.ArgumentParser:
         help="where REV's tree and virtualenv are kept (default: %(default)s)",
     )
 
+    ratelimit = commands.add_parser(
+        "ratelimit",
+        help="the rate limiter on Redis, an earlier revision against this tree: requests/s "
+        "side by side, then Redis commands per admitted request of each",
+    )
+    ratelimit.add_argument("--base", required=True, metavar="REV", help="git revision")
+    ratelimit.add_argument("--redis-url", required=True, help="a Redis both gateways share")
+    ratelimit.add_argument("--concurrency", type=_at_least_one, default=64)
+    ratelimit.add_argument("--duration", type=_positive, default=10.0, help="seconds per run")
+    ratelimit.add_argument("--base-python", metavar="PATH", help="as for `bench compare`")
+    ratelimit.add_argument("--cache", type=Path, default=default_cache())
+    ratelimit.add_argument("--out", type=Path, help="write bench.csv here")
+
     files = commands.add_parser(
         "files",
         help="POST /v1/files and GET its content through a gateway: MB/s against straight to "
@@ -195,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, events, compare, run):
+    for sub in (suite, billing, events, compare, ratelimit, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -246,6 +260,13 @@ async def _compare(args: argparse.Namespace, options: SuiteOptions) -> tuple[lis
         f"head: {head}, gateway from {ROOT}, python {sys.executable}\n"
     )
     return rows, sides
+
+
+async def _ratelimit(args: argparse.Namespace, options: SuiteOptions) -> tuple[list[Row], str]:
+    print(f"bench: materialising {args.base} under {args.cache}", file=sys.stderr)
+    base = await materialise(args.base, cache=args.cache, python=args.base_python)
+    rows, commands = await compare_ratelimit(base, options, args.redis_url)
+    return rows, f"base: {args.base} = {base.sha}\n{commands}"
 
 
 def _write_outputs(out: Path, rows: list[Row]) -> None:
@@ -351,6 +372,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             both = compare_billing if args.command == "billing" else compare_events
             rows = trio.run(both, options)
+        elif args.command == "ratelimit":
+            options = SuiteOptions(
+                concurrency=(args.concurrency,),
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+                modes=("json",),
+            )
+            rows, sides = trio.run(_ratelimit, args, options)
         elif args.command == "compare":
             options = SuiteOptions(
                 concurrency=(args.concurrency,),

@@ -46,6 +46,8 @@ class Side:
     code: GatewayCode = field(default_factory=GatewayCode)
     billing: bool = True
     success_sample_rate: float | None = None  # [webhooks] completion_success_sample_rate
+    redis_url: str | None = None  # multi-instance mode
+    key_rpm: int | None = None  # the load key's rate_limit_rpm
 
 
 async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list[Row]:
@@ -78,6 +80,8 @@ async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list
                     billing=side.billing,
                     success_sample_rate=side.success_sample_rate,
                     code=side.code,
+                    redis_url=side.redis_url,
+                    key_rpm=side.key_rpm,
                 )
 
             # Two rounds, each stack started and loaded first once: with identical work on

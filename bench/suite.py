@@ -169,11 +169,15 @@ class Stack:
     gateway_key: str
 
 
-async def _create_key(base: str, management_key: str) -> str:
-    """A secret key for the load (and best-effort credits for its org)."""
+async def _create_key(base: str, management_key: str, rpm: int | None = None) -> str:
+    """A secret key for the load (with `rate_limit_rpm` if given), and best-effort credits for
+    its org."""
     headers = {"Authorization": f"Bearer {management_key}"}
+    body: dict[str, object] = {"name": "bench"}
+    if rpm is not None:
+        body["rate_limit_rpm"] = rpm
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=10.0) as client:
-        response = await client.post("/v1/keys", json={"name": "bench"})
+        response = await client.post("/v1/keys", json=body)
         if response.status_code >= 400:
             raise SuiteError(f"POST /v1/keys: {response.status_code} {response.text[:300]}")
         key = response.json()["key"]
@@ -198,10 +202,14 @@ async def stack(
     success_sample_rate: float | None = None,
     code: GatewayCode = GatewayCode(),
     extra_toml: str = "",
+    redis_url: str | None = None,
+    key_rpm: int | None = None,
 ) -> AsyncIterator[Stack]:
     """Upstream + gateway (`workers` processes, running `code`) in `workdir`, ready, with a load
     key; both stopped on exit. The upstream is always this tree's. `extra_toml` is appended to
-    the gateway's config (e.g. the audio bench's [[models]])."""
+    the gateway's config (e.g. the audio bench's [[models]]). With `redis_url` the gateway runs
+    in multi-instance mode (limits and holds in Redis); `key_rpm` gives the load key a rate
+    limit, so every request is admitted by the rate limiter."""
     make_dir(workdir)
     upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
     upstream_argv += ["--completion-tokens", str(completion_tokens)]
@@ -238,6 +246,8 @@ async def stack(
             GATEWAY_BOOTSTRAP_MANAGEMENT_KEY=management_key,
             GATEWAY_LOG_LEVEL="WARNING",
         )
+        if redis_url is not None:
+            env["GATEWAY_REDIS_URL"] = redis_url
         gateway_argv = [code.python, "-m", "gateway", "serve", "--config", str(config)]
         gateway_argv += ["--workers", str(workers)]
         async with child(
@@ -249,7 +259,7 @@ async def stack(
             cwd=code.source,
         ) as gateway:
             with trio.fail_after(30):
-                key = await _create_key(gateway.url.rstrip("/"), management_key)
+                key = await _create_key(gateway.url.rstrip("/"), management_key, key_rpm)
             yield Stack(upstream, gateway, upstream_base, key)
 
 
