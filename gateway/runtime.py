@@ -231,6 +231,7 @@ def _client(provider: ProviderConfig) -> UpstreamClient:
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         max_response_bytes=provider.max_response_bytes,
+        keepalive_expiry_s=provider.keepalive_expiry_s,
     )
 
 

@@ -248,6 +248,9 @@ def _parse_provider(table: _Table, environ: Mapping[str, str]) -> ProviderConfig
             "connect_timeout_s", schema.parse_positive_number, d.connect_timeout_s
         ),
         read_timeout_s=table.get("read_timeout_s", schema.parse_positive_number, d.read_timeout_s),
+        keepalive_expiry_s=table.get(
+            "keepalive_expiry_s", schema.parse_positive_number, d.keepalive_expiry_s
+        ),
         max_response_bytes=table.get(
             "max_response_bytes", schema.parse_positive_int, d.max_response_bytes
         ),
