@@ -2,187 +2,52 @@
 
 Measured reason for not using httpx here (docs/decisions.md): httpx's client and transport
 layers cost about 1.2 ms of CPU per upstream call on this machine, more than everything else
-the gateway does for a request. This pool sends each request in one write; responses are
-framed by llhttp through protocol/http1_client.py.
-
-Errors (mapped to the Upstream* errors by actors/upstream.py):
-
-    PoolError
-     ├── ConnectFailed     the TCP/TLS connection could not be opened in time
-     ├── ConnectionBroken  the peer closed or reset the connection mid-response
-     ├── InvalidResponse   the response broke HTTP/1.1 framing, or a limit (head size, header
-     │                     count, interim responses, a body past `max_bytes`)
-     └── ReadTimedOut      no complete head, or no next body bytes, within `read_timeout_s`
+the gateway does for a request. This pool sends each request in one write; each connection
+(actors/http1_connection.py) frames responses with llhttp through protocol/http1_client.py.
+Its errors (PoolError and below) are that module's, re-exported here.
 
 A connection goes back to the pool only when its response was read to its end, asked for
-keep-alive and had nothing after it; it is reused only if it has been idle for less than
-`keepalive_expiry_s` (a NAT or load balancer on the way may have forgotten it without a word,
-and a request sent on it would then wait the whole read timeout) and nothing (no byte, no EOF,
-no reset) arrived while it was idle — stray bytes from an upstream must never reach another
-request. A response not read to its end closes its connection when released: that is how an
-abandoned stream stops the provider.
+keep-alive and had nothing after it; it is reused only if it has been idle for at most
+`keepalive_expiry_s` and nothing (no byte, no EOF, no reset) arrived while it was idle — stray
+bytes from an upstream must never reach another request. An idle connection past its expiry is
+closed, not tried: a NAT or firewall may have dropped it silently, and a request sent on it
+would wait the whole read timeout for an answer that cannot come. A response not read to its
+end closes its connection when released: that is how an abandoned stream stops the provider.
 """
 
 from __future__ import annotations
 
-import math
-import select
 import ssl
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
-import outcome
 import trio
 
-from protocol.http1_client import (
-    BadResponse,
-    ResponseHead,
-    ResponseParser,
-    format_chunk,
-    format_request,
-    format_request_head,
+from actors.http1_connection import (
+    ConnectFailed,
+    Connection,
+    ConnectionBroken,
+    InvalidResponse,
+    PoolError,
+    ReadTimedOut,
+    Response,
+    Stale,
+    connect,
 )
+from protocol.http1_client import format_request, format_request_head
 
-_RECEIVE = 65536
+__all__ = [
+    "ConnectFailed",
+    "ConnectionBroken",
+    "Http1Pool",
+    "InvalidResponse",
+    "PoolError",
+    "ReadTimedOut",
+    "Response",
+]
 
-
-class PoolError(Exception):
-    pass
-
-
-class ConnectFailed(PoolError):
-    pass
-
-
-class ConnectionBroken(PoolError):
-    pass
-
-
-class InvalidResponse(PoolError):
-    pass
-
-
-class ReadTimedOut(PoolError):
-    pass
-
-
-def expired(*, idle_since: float, now: float, expiry_s: float) -> bool:
-    """Whether a connection idle since `idle_since` (Trio's clock) is too old to reuse."""
-    return now - idle_since >= expiry_s
-
-
-class _Connection:
-    __slots__ = ("_poll", "_tls", "idle_since", "stream")
-
-    def __init__(self, stream: trio.SocketStream, tls: trio.SSLStream[trio.SocketStream] | None):
-        self.stream: trio.abc.Stream = tls if tls is not None else stream
-        self._tls = tls
-        # poll, not select: descriptors past FD_SETSIZE (1024) are common under load.
-        self._poll = select.poll()
-        self._poll.register(stream.socket.fileno(), select.POLLIN)
-        self.idle_since = 0.0  # when it last went back to the pool
-
-    def quiet(self) -> bool:
-        """Whether nothing arrived while idle: no byte, no EOF, no reset (one poll syscall)."""
-        if self._poll.poll(0):
-            return False
-        tls = self._tls
-        # Decrypted bytes, or TLS records trio already took off the socket, count as arrived.
-        return tls is None or not (tls.pending() or tls._incoming.pending)
-
-
-class Response:
-    """A response whose head has arrived; the body is read with `next_chunk` or `read`."""
-
-    def __init__(self, parser: ResponseParser, conn: _Connection, first: bytes, timeout: float):
-        head = parser.head
-        assert head is not None
-        self.status = head.status
-        self._head = head
-        self._parser = parser
-        self._conn = conn
-        self._pending = first
-        self._read_timeout = timeout
-        self.keep = True  # False: never reused, whatever the response said
-
-    @property
-    def head(self) -> ResponseHead:
-        return self._head
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """Decoded on first use (most calls never need them)."""
-        return self._head.headers
-
-    @property
-    def complete(self) -> bool:
-        return self._parser.done and not self._pending
-
-    @property
-    def reusable(self) -> bool:
-        return self.keep and self._parser.reusable
-
-    async def next_chunk(self) -> bytes:
-        """The next body bytes as they arrive (chunked framing removed); b"" at the end.
-        Cancellation leaves the connection unusable; the pool then closes it. (A method, not
-        an async generator, so that abandoning a body leaves nothing to finalize.)"""
-        if self._pending:
-            data, self._pending = self._pending, b""
-            return data
-        parser = self._parser
-        while not parser.done:
-            data = await self._receive()
-            if not data:
-                try:
-                    parser.feed_eof()
-                except BadResponse as exc:
-                    raise ConnectionBroken(str(exc)) from None
-                return b""
-            try:
-                body = parser.feed(data)
-            except BadResponse as exc:
-                raise InvalidResponse(str(exc)) from None
-            if body:
-                return body
-        return b""
-
-    async def read(self, max_bytes: int) -> bytes:
-        """The rest of the body; InvalidResponse once it passes `max_bytes` (a Content-Length
-        over it fails before reading)."""
-        length = self._head.content_length
-        if length is not None and length > max_bytes:
-            raise InvalidResponse(f"body of {length} bytes, over the {max_bytes} allowed")
-        parts: list[bytes] = []
-        size = 0
-        while chunk := await self.next_chunk():
-            size += len(chunk)
-            if size > max_bytes:
-                raise InvalidResponse(f"body over the {max_bytes} bytes allowed")
-            parts.append(chunk)
-        return b"".join(parts)
-
-    async def read_prefix(self, limit: int) -> bytes:
-        """The body's first bytes, about `limit` at most (an error body); the rest stays
-        unread, so the connection is closed when released."""
-        parts: list[bytes] = []
-        size = 0
-        while size < limit and (chunk := await self.next_chunk()):
-            parts.append(chunk)
-            size += len(chunk)
-        return b"".join(parts)
-
-    async def _receive(self) -> bytes:
-        # A plain cancel scope, not trio.fail_after (a generator context manager: a few µs
-        # per read, and a stream reads once per upstream chunk).
-        try:
-            with trio.move_on_after(self._read_timeout) as waited:
-                data = await self._conn.stream.receive_some(_RECEIVE)
-                return data if isinstance(data, bytes) else bytes(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise ConnectionBroken(type(exc).__name__) from None
-        assert waited.cancelled_caught
-        raise ReadTimedOut(f"no data for {self._read_timeout} s")
+DEFAULT_KEEPALIVE_EXPIRY_S = 30.0
 
 
 class Http1Pool:
@@ -194,7 +59,7 @@ class Http1Pool:
         max_idle: int,
         connect_timeout_s: float,
         read_timeout_s: float,
-        keepalive_expiry_s: float = 30.0,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -207,14 +72,14 @@ class Http1Pool:
         self.base_path = parts.path.rstrip("/")
         self._limit = trio.CapacityLimiter(max_connections)
         self._max_idle = max_idle
-        self._idle: list[_Connection] = []
+        self._idle: list[Connection] = []
         self._connect_timeout = connect_timeout_s
         self._read_timeout = read_timeout_s
         self._ssl = ssl.create_default_context() if self._tls else None
         self.opened = 0
-        self.discarded = 0  # idle connections found closed or not quiet before reuse
         self._expiry = keepalive_expiry_s
-        self.expired = 0  # idle connections closed for being idle past keepalive_expiry_s
+        self.discarded = 0  # idle connections found closed or not quiet before reuse
+        self.expired = 0  # idle connections closed unused, past `keepalive_expiry_s`
 
     def __repr__(self) -> str:
         return (
@@ -235,7 +100,7 @@ class Http1Pool:
                 yield response
             finally:
                 if not self._pooled(conn, response):
-                    await _close(conn)
+                    await conn.aclose()
 
     @asynccontextmanager
     async def request_streamed(
@@ -250,17 +115,17 @@ class Http1Pool:
         async with self._limit:
             conn = await self._connect()
             try:
-                response = await self._send_streamed(conn, head, chunks)
+                response = await conn.send_streamed(head, chunks, self._read_timeout)
             except BaseException:
-                await _close(conn)
+                await conn.aclose()
                 raise
             try:
                 yield response
             finally:
                 if not self._pooled(conn, response):
-                    await _close(conn)
+                    await conn.aclose()
 
-    def _pooled(self, conn: _Connection, response: Response) -> bool:
+    def _pooled(self, conn: Connection, response: Response) -> bool:
         """Put `conn` back in the pool if its response was read to its end and allows reuse
         (and the pool has room); False: the caller closes it."""
         if response.reusable and len(self._idle) < self._max_idle:
@@ -269,166 +134,56 @@ class Http1Pool:
             return True
         return False
 
-    async def _send_streamed(
-        self, conn: _Connection, head: bytes, chunks: AsyncIterable[bytes]
-    ) -> Response:
-        """Send the body while watching for the answer: an upstream may answer before the
-        body ended (413, 401) and stop reading; the rest is then not sent. The read timeout
-        runs from the body's end (an upload may take longer than it); a send that makes no
-        progress for that long is a timeout too (an upstream that stopped reading)."""
-        answer: list[Response] = []
-        failed: list[PoolError] = []
-
-        async def read_head(scope: trio.CancelScope) -> None:
-            try:
-                answer.append(await self._read_head(conn, within_s=math.inf))
-            except _Stale:
-                failed.append(ConnectionBroken("connection closed before the response"))
-            except PoolError as exc:
-                failed.append(exc)
-            scope.cancel()  # the answer (or its failure) is in: stop sending, if still
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_head, nursery.cancel_scope)
-            # Captured, not raised here: a nursery would wrap it in an exception group.
-            sent = await outcome.acapture(_send_body, conn.stream, head, chunks, self._read_timeout)
-            if isinstance(sent, outcome.Value):
-                nursery.cancel_scope.deadline = trio.current_time() + self._read_timeout
-            else:
-                nursery.cancel_scope.cancel()
-        if failed:
-            raise failed[0]
-        if isinstance(sent, outcome.Error) and not isinstance(sent.error, trio.Cancelled):
-            sent.unwrap()  # the body's source failed (the client left), or a send timed out
-        # (A Cancelled is dropped: ours, or one from outside that the next checkpoint repeats.)
-        if not answer:
-            raise ReadTimedOut(f"no complete response head in {self._read_timeout} s")
-        response = answer[0]
-        if not (isinstance(sent, outcome.Value) and sent.value):
-            response.keep = False  # the request was cut short: the connection is spent
-        return response
-
-    async def _exchange(self, data: bytes) -> tuple[_Connection, Response]:
-        while self._idle:
-            conn = self._idle.pop()
-            if expired(idle_since=conn.idle_since, now=trio.current_time(), expiry_s=self._expiry):
-                # The most recently used is popped first: the rest are older still.
-                self.expired += 1 + len(self._idle)
-                stale, self._idle = [conn, *self._idle], []
-                for old in stale:
-                    await _close(old)
-                break
+    async def _exchange(self, data: bytes) -> tuple[Connection, Response]:
+        idle = self._idle
+        if idle and idle[0].idle_since < trio.current_time() - self._expiry:
+            self._expire()
+        while idle:
+            conn = idle.pop()
             if not conn.quiet():  # closed by the server, or sent something unasked
                 self.discarded += 1
-                await _close(conn)
+                conn.close()
                 continue
             try:  # it may still have been closed just now: then retry elsewhere
                 return conn, await self._send(conn, data)
-            except _Stale:
-                await _close(conn)
+            except Stale:
+                await conn.aclose()
             except BaseException:
-                await _close(conn)
+                await conn.aclose()
                 raise
         conn = await self._connect()
         try:
             return conn, await self._send(conn, data)
-        except _Stale:
-            await _close(conn)
+        except Stale:
+            await conn.aclose()
             raise ConnectionBroken("connection closed before the response") from None
         except BaseException:
-            await _close(conn)
+            await conn.aclose()
             raise
 
-    async def _send(self, conn: _Connection, data: bytes) -> Response:
-        """Send `data` and read the response head (`_read_head`)."""
-        try:
-            await conn.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            raise _Stale from None
-        return await self._read_head(conn, within_s=self._read_timeout)
+    def _expire(self) -> None:
+        """Close the idle connections past their expiry (the oldest first in `_idle`)."""
+        idle = self._idle
+        oldest = trio.current_time() - self._expiry
+        count = 0
+        while count < len(idle) and idle[count].idle_since < oldest:
+            idle[count].close()
+            count += 1
+        del idle[:count]
+        self.expired += count
 
-    async def _read_head(self, conn: _Connection, *, within_s: float) -> Response:
-        """Read until the response head is complete, within `within_s` for the whole head.
-        Raises _Stale if the connection was closed before any byte."""
-        stream = conn.stream
-        parser = ResponseParser()
-        received = False
-        try:
-            with trio.move_on_after(within_s):  # not fail_after: see _receive
-                while True:
-                    try:
-                        chunk = await stream.receive_some(_RECEIVE)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        if not received:
-                            raise _Stale from None
-                        raise ConnectionBroken("connection reset mid-head") from None
-                    if not chunk:
-                        if not received:
-                            raise _Stale
-                        raise ConnectionBroken("connection closed mid-head")
-                    received = True
-                    body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
-                    if parser.head is not None:
-                        return Response(parser, conn, body, self._read_timeout)
-        except BadResponse as exc:
-            raise InvalidResponse(str(exc)) from None
-        raise ReadTimedOut(f"no complete response head in {within_s} s")
+    async def _send(self, conn: Connection, data: bytes) -> Response:
+        await conn.send(data)
+        return await conn.read_head(within_s=self._read_timeout, read_timeout_s=self._read_timeout)
 
-    async def _connect(self) -> _Connection:
-        try:
-            with trio.fail_after(self._connect_timeout):
-                stream = await trio.open_tcp_stream(self._host, self._port)
-                tls = None
-                if self._ssl is not None:
-                    tls = trio.SSLStream(stream, self._ssl, server_hostname=self._host)
-                    try:
-                        await tls.do_handshake()
-                    except BaseException:  # failed, timed out or cancelled: no socket left open
-                        with trio.CancelScope(shield=True):
-                            await trio.aclose_forcefully(stream)
-                        raise
-        except trio.TooSlowError:
-            raise ConnectFailed(f"connect timed out after {self._connect_timeout} s") from None
-        except (OSError, trio.BrokenResourceError) as exc:
-            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+    async def _connect(self) -> Connection:
+        conn = await connect(
+            self._host, self._port, ssl_context=self._ssl, timeout_s=self._connect_timeout
+        )
         self.opened += 1
-        return _Connection(stream, tls)
+        return conn
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
-            await _close(conn)
-
-
-async def _send_body(
-    stream: trio.abc.Stream, head: bytes, chunks: AsyncIterable[bytes], stall_s: float
-) -> bool:
-    """Send the head and the chunked body; False when the peer closed or reset the connection
-    first, ReadTimedOut when one piece could not be sent for `stall_s`. An exception from
-    `chunks` passes through."""
-    if not await _sent(stream, head, stall_s):
-        return False
-    async for chunk in chunks:
-        if chunk and not await _sent(stream, format_chunk(chunk), stall_s):
-            return False
-    return await _sent(stream, format_chunk(b""), stall_s)
-
-
-async def _sent(stream: trio.abc.Stream, data: bytes, stall_s: float) -> bool:
-    try:
-        with trio.move_on_after(stall_s) as waited:
-            await stream.send_all(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        return False
-    if waited.cancelled_caught:
-        raise ReadTimedOut(f"the upstream read none of the body for {stall_s} s")
-    return True
-
-
-class _Stale(Exception):
-    """A kept-alive connection turned out closed before any response byte: retry elsewhere."""
-
-
-async def _close(conn: _Connection) -> None:
-    with trio.CancelScope(shield=True):
-        await trio.aclose_forcefully(conn.stream)
+            await conn.aclose()

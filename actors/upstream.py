@@ -9,8 +9,8 @@ failures to our own errors (never leaked as pool or socket exceptions).
 
 HTTP/1.1 upstream on purpose: closing an HTTP/1.1 response early closes its connection, which
 stops the provider (with h2, httpx sends no RST_STREAM, so a provider would keep generating
-after our client left). The pool is our own (actors/http1_pool.py); see docs/decisions.md for
-the measurement that replaced httpx here.
+after our client left). The pool is our own (actors/http1_pool.py, its connections
+actors/http1_connection.py); see docs/decisions.md for the measurement that replaced httpx here.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import trio
 
 from actors.base import Actor
 from actors.http1_pool import (
+    DEFAULT_KEEPALIVE_EXPIRY_S,
     ConnectFailed,
     Http1Pool,
     InvalidResponse,
@@ -113,7 +114,7 @@ class UpstreamClient:
         connect_timeout_s: float,
         read_timeout_s: float,
         max_response_bytes: int,
-        keepalive_expiry_s: float = 30.0,
+        keepalive_expiry_s: float = DEFAULT_KEEPALIVE_EXPIRY_S,
     ) -> None:
         self.name = name
         self.max_response_bytes = max_response_bytes
@@ -303,6 +304,7 @@ class Upstreams(Actor):
                 "errors": c.stats.errors,
                 "connections_opened": c.pool.opened,
                 "connections_discarded": c.pool.discarded,  # idle, but closed or not quiet
+                "connections_expired": c.pool.expired,  # idle past keepalive_expiry_s
             }
             for name, c in self.clients.items()
         }

@@ -1,11 +1,11 @@
 """A minimal HTTP/1.1 client for the load driver: one keep-alive connection, pre-built requests.
 
 It exists because the driver shares a core with the simulated upstream, so every microsecond it
-spends per request is taken from the system under test. It parses only what timing needs: the
-status line, the headers up to the blank line, then a Content-Length, chunked or read-until-close
-body; for Server-Sent Events it watches the decoded body for the first `data:` frame and for
-`data: [DONE]`. It keeps no body bytes. It must not grow into a general HTTP client: no
-redirects, no pipelining, no decompression.
+spends per request is taken from the system under test. Responses are framed by the gateway's
+own llhttp wrapper (protocol/http1_client.py: Content-Length, chunked or read-until-close
+bodies, interim responses skipped); for Server-Sent Events it watches the decoded body for the
+first `data:` frame and for `data: [DONE]`. It keeps no body bytes. It must not grow into a
+general HTTP client: no redirects, no pipelining, no decompression.
 
 Errors, each with a stable `kind` used as a counter key by the driver::
 
@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 
 import trio
 
-_MAX_HEAD = 64 * 1024
+from protocol import http1_client as http1
+
 _RECEIVE = 64 * 1024
 
 
@@ -105,210 +106,68 @@ class Response:
     body_bytes: int
 
 
-def _header(fields: bytes, name: bytes) -> bytes | None:
-    """The stripped value of header `name` (lowercase, with its leading CRLF) in `fields`."""
-    start = fields.find(name)
-    if start < 0:
-        return None
-    start += len(name)
-    end = fields.find(b"\r\n", start)
-    return (fields[start:] if end < 0 else fields[start:end]).strip()
-
-
-def _chunk_size(line: bytes) -> int:
-    try:
-        size = int(line, 16)
-    except ValueError:
-        try:
-            size = int(line.split(b";", 1)[0], 16)  # a chunk extension
-        except ValueError:
-            size = -1
-    if size < 0:
-        raise ProtocolError(f"bad chunk size {line[:40]!r}")
-    return size
-
-
-# Parser states.
-_HEAD, _LENGTH, _CLOSE, _SIZE, _DATA, _CRLF, _TRAILER, _COMPLETE = range(8)
-
-
 class ResponseParser:
-    """Sans-I/O parser of one response: feed it bytes, read its flags. Does no I/O."""
+    """One response, fed as it arrives: framed by llhttp through protocol/http1_client.py (the
+    gateway's own upstream parser, with its limits), timed and SSE-watched here. No I/O."""
 
     __slots__ = (
-        "_buf",
-        "_remaining",
+        "_inner",
         "_sse",
-        "_state",
         "_tail",
         "body_bytes",
         "done",
         "first_byte",
         "keep_alive",
+        "started",
         "status",
     )
 
     def __init__(self, *, sse: bool) -> None:
         self._sse = sse
-        self._state = _HEAD
-        self._buf = b""
-        self._remaining = 0
+        self._inner = http1.ResponseParser()
         self._tail = b"\n"
         self.status = 0
         self.keep_alive = True
         self.body_bytes = 0
         self.first_byte = False
+        self.started = False  # any byte of the response arrived
         self.done = False  # `data: [DONE]` seen
 
     @property
     def complete(self) -> bool:
-        return self._state == _COMPLETE
-
-    @property
-    def started(self) -> bool:
-        """Whether any byte of the response arrived."""
-        return self._state != _HEAD or bool(self._buf)
+        return self._inner.done
 
     def feed(self, data: bytes) -> None:
         """Consume bytes; raises `ProtocolError` on malformed input or bytes after the end."""
-        while self._state == _HEAD:
-            data = self._buf + data if self._buf else data
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                if len(data) > _MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                self._buf = data
-                return
-            self._buf = b""
-            self._head(data[:end])
-            data = data[end + 4 :]
-        state = self._state
-        if state == _LENGTH:
-            take = min(len(data), self._remaining)
-            self._body(data[:take])
-            self._remaining -= take
-            if self._remaining == 0:
-                self._state = _COMPLETE
-            data = data[take:]
-        elif state == _CLOSE:
-            self._body(data)
-            return
-        elif state != _COMPLETE:
-            data = self._chunked(data)
-        if data:
+        inner = self._inner
+        self.started = True
+        try:
+            body = inner.feed(data)
+        except http1.BadResponse as exc:
+            raise ProtocolError(str(exc)) from None
+        if inner.excess:
             raise ProtocolError("bytes after the end of the response")
+        if not self.status and inner.head is not None:
+            self.status = inner.head.status
+            self.keep_alive = inner.head.keep_alive
+        if body:
+            self._body(body)
+        if inner.done:
+            self.first_byte = True  # an empty body (204, Content-Length: 0) is all there is
 
     def feed_eof(self) -> None:
         """The peer closed the connection; raises unless that ends the body."""
         self.keep_alive = False
-        if self._state == _CLOSE:
-            self._state = _COMPLETE
-        elif self._state == _HEAD and not self._buf:
+        if not self.started:
             raise StaleConnection("connection closed before the response")
-        elif self._state != _COMPLETE:
-            if self._sse and 0 < self.status < 400 and not self.done:
-                raise StreamCut("connection closed mid-stream")
-            raise ProtocolError("connection closed mid-response")
-
-    def _head(self, head: bytes) -> None:
-        eol = head.find(b"\r\n")
-        status_line = head if eol < 0 else head[:eol]
-        parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
-            raise ProtocolError(f"bad status line {status_line[:80]!r}")
         try:
-            status = int(parts[1])
-        except ValueError:
-            raise ProtocolError(f"bad status line {status_line[:80]!r}") from None
-        if 100 <= status < 200:
-            return  # an interim response: the real head follows
-        # Three headers matter; finding them in the lowered head beats splitting every line.
-        fields = head[len(status_line) :].lower()
-        length = -1
-        value = _header(fields, b"\r\ncontent-length:")
-        if value is not None:
-            try:
-                length = int(value)
-            except ValueError:
-                raise ProtocolError("bad Content-Length") from None
-        value = _header(fields, b"\r\ntransfer-encoding:")
-        chunked = value is not None and value.endswith(b"chunked")
-        value = _header(fields, b"\r\nconnection:")
-        keep_alive = parts[0] != b"HTTP/1.0"
-        if value is not None:
-            keep_alive = b"close" not in value and (keep_alive or b"keep-alive" in value)
-        self.status = status
-        self.keep_alive = keep_alive
-        if status in (204, 304) or (length == 0 and not chunked):
-            self._state = _COMPLETE
-            self.first_byte = True
-        elif chunked:
-            self._state = _SIZE
-        elif length > 0:
-            self._state = _LENGTH
-            self._remaining = length
-        else:
-            self._state = _CLOSE
-            self.keep_alive = False
-
-    def _chunked(self, data: bytes) -> bytes:
-        """Decode chunked framing; returns bytes left over after the terminating chunk."""
-        if self._buf:
-            data = self._buf + data
-            self._buf = b""
-        parts: list[bytes] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            state = self._state
-            if state == _SIZE or state == _TRAILER:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    if end - pos > _MAX_HEAD:
-                        raise ProtocolError("chunk size or trailer line too long")
-                    self._buf = data[pos:]
-                    break
-                line = data[pos:eol]
-                pos = eol + 2
-                if state == _TRAILER:
-                    if not line:
-                        self._state = _COMPLETE
-                        break
-                    continue
-                size = _chunk_size(line)
-                if size == 0:
-                    self._state = _TRAILER
-                    continue
-                stop = pos + size
-                if stop + 2 <= end:  # the whole chunk is here: the common case
-                    if data[stop : stop + 2] != b"\r\n":
-                        raise ProtocolError("chunk not followed by CRLF")
-                    parts.append(data[pos:stop])
-                    pos = stop + 2
-                else:
-                    self._state, self._remaining = _DATA, size
-            elif state == _DATA:
-                take = min(self._remaining, end - pos)
-                parts.append(data[pos : pos + take])
-                pos += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._state, self._remaining = _CRLF, 2
-            else:  # _CRLF
-                take = min(self._remaining, end - pos)
-                expected = b"\r\n"[2 - self._remaining : 2 - self._remaining + take]
-                if data[pos : pos + take] != expected:
-                    raise ProtocolError("chunk not followed by CRLF")
-                pos += take
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._state = _SIZE
-        if parts:
-            self._body(parts[0] if len(parts) == 1 else b"".join(parts))
-        return data[pos:] if self._state == _COMPLETE else b""
+            self._inner.feed_eof()
+        except http1.BadResponse:
+            if self._sse and 0 < self.status < 400 and not self.done:
+                raise StreamCut("connection closed mid-stream") from None
+            raise ProtocolError("connection closed mid-response") from None
 
     def _body(self, data: bytes) -> None:
-        if not data:
-            return
         self.body_bytes += len(data)
         if not self._sse or self.status >= 400:
             self.first_byte = True

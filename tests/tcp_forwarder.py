@@ -61,12 +61,15 @@ class Forwarder:
 
     async def _pipe_pair(self, client: trio.SocketStream) -> None:
         self.connections += 1
-        await self._flowing.wait()
         try:
+            await self._flowing.wait()
             server = await trio.open_tcp_stream(*self._target)
-        except OSError:
-            await client.aclose()
-            return
+        except BaseException as exc:  # refused, or cancelled while partitioned
+            with trio.CancelScope(shield=True):
+                await client.aclose()
+            if isinstance(exc, OSError):
+                return
+            raise
         self._streams |= {client, server}
         try:
             async with trio.open_nursery() as nursery:

@@ -11,7 +11,8 @@ A host with `%` (an IPv6 zone id, a percent-encoded name) is refused outright. T
 the scheme's own (443; 80 for http) or one the operator allowed (`allowed_ports`), unless every
 address is inside the allowed private networks (a receiver the operator runs on the host).
 
-Everything from the receiver is hostile: the head is framed by llhttp with its limits
+Everything from the receiver is hostile: the connection is the upstream pool's
+(actors/http1_connection.py), the head framed by llhttp with its limits
 (protocol/http1_client.py), the body is read only up to `BODY_LIMIT` bytes (for the log) and
 all of it — resolution, connect, TLS, request, response head — happens within one attempt
 timeout (10 s by default). Redirects are never followed (a 3xx is just a status). No connection is
@@ -23,6 +24,7 @@ Error texts name the failure, never the URL (its path or query may carry a recei
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
 import ssl
 from collections.abc import Sequence
@@ -31,13 +33,21 @@ from urllib.parse import urlsplit
 
 import trio
 
-from protocol.http1_client import BadResponse, ResponseParser, format_request
+from actors.http1_connection import (
+    Connection,
+    ConnectionBroken,
+    InvalidResponse,
+    PoolError,
+    Response,
+    Stale,
+    secure,
+)
+from protocol.http1_client import format_request
 from protocol.netguard import Network, inside, parse_address, refusal
 
 BODY_LIMIT = 4096  # response body bytes kept (for the log); the rest is never read
 MAX_URL_CHARS = 2048
 USER_AGENT = "model-gateway-webhooks/1"
-_RECEIVE = 16384
 _ERROR_CHARS = 200
 
 SockAddr = tuple[str, int] | tuple[str, int, int, int]
@@ -239,9 +249,9 @@ class WebhookSender:
         deadline = began + self.attempt_timeout_s
         status: int | None = None
         retry_after: str | None = None
-        kept = b""
         error: str | None = None
-        stream: trio.abc.Stream | None = None
+        conn: Connection | None = None
+        parts: list[bytes] = []  # body bytes read, kept when the deadline cuts the body short
         try:
             with trio.move_on_at(deadline):
                 try:
@@ -253,29 +263,27 @@ class WebhookSender:
                 except ValueError:  # ours, not the network's: a header we built is unsendable
                     raise _Failed("invalid request headers") from None
                 request = format_request("POST", target.target, target.authority, lines, body)
-                stream = await self._open(target)
+                conn = await self._open(target)
                 try:
-                    await stream.send_all(request)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    await conn.send(request)
+                except Stale:
                     raise _Failed("connection closed while sending the request") from None
-                parser = ResponseParser()
-                kept = await self._read_head(stream, parser)
-                head = parser.head
-                assert head is not None
-                status = head.status
-                retry_after = head.headers.get("retry-after")
-                kept = await self._read_body(stream, parser, kept)
+                response = await _read_head(conn)
+                status = response.status
+                retry_after = response.headers.get("retry-after")
+                await _read_body(response, parts)
             if status is None:
                 error = f"timeout after {self.attempt_timeout_s:g} s"
         except _Failed as exc:
             error = _clip(str(exc))
         finally:
-            if stream is not None:
-                await trio.aclose_forcefully(stream)
+            if conn is not None:
+                await conn.aclose()
         duration = trio.current_time() - began
+        kept = b"".join(parts)
         return AttemptResult(status, error, retry_after, duration, kept[:BODY_LIMIT])
 
-    async def _open(self, target: Target) -> trio.abc.Stream:
+    async def _open(self, target: Target) -> Connection:
         try:
             addresses = await resolve(target, self.allowed_networks, self.allowed_ports)
         except Refused as exc:
@@ -286,48 +294,37 @@ class WebhookSender:
             raise _Failed("DNS resolution failed") from None
         tcp = await _connect(addresses)
         if target.scheme == "http":
-            return tcp
-        tls = trio.SSLStream(tcp, self._ssl, server_hostname=target.host, https_compatible=True)
+            return Connection(tcp)
         try:
-            await tls.do_handshake()
+            return await secure(tcp, self._ssl, target.host, https_compatible=True)
         except trio.BrokenResourceError as exc:
-            await trio.aclose_forcefully(tls)
             raise _Failed(_tls_error(exc)) from None
-        except BaseException:
-            await trio.aclose_forcefully(tls)
-            raise
-        return tls
 
-    @staticmethod
-    async def _read_head(stream: trio.abc.Stream, parser: ResponseParser) -> bytes:
-        """Read until the response head is complete; return the body bytes that came with it."""
-        body = b""
-        while parser.head is None:
-            data = await _receive(stream)
-            try:
-                if not data:
-                    parser.feed_eof()  # raises: no head yet
-                body += parser.feed(data)
-            except BadResponse as exc:
-                raise _Failed(f"invalid response: {exc}") from None
-        return body
 
-    @staticmethod
-    async def _read_body(stream: trio.abc.Stream, parser: ResponseParser, kept: bytes) -> bytes:
-        """Up to BODY_LIMIT body bytes, best effort: the status already decided the attempt."""
-        parts = [kept]
-        size = len(kept)
-        try:
-            while not parser.done and size < BODY_LIMIT:
-                data = await _receive(stream)
-                if not data:
-                    break
-                chunk = parser.feed(data)
-                parts.append(chunk)
-                size += len(chunk)
-        except (_Failed, BadResponse):
-            pass
-        return b"".join(parts)
+async def _read_head(conn: Connection) -> Response:
+    """The response head (the attempt's deadline bounds it)."""
+    try:
+        return await conn.read_head(within_s=math.inf, read_timeout_s=math.inf)
+    except (Stale, ConnectionBroken) as exc:
+        if exc.eof:
+            raise _Failed(
+                "invalid response: connection closed before the end of the response head"
+            ) from None
+        raise _Failed("connection broken while reading the response") from None
+    except InvalidResponse as exc:
+        raise _Failed(f"invalid response: {exc}") from None
+
+
+async def _read_body(response: Response, parts: list[bytes]) -> None:
+    """Up to BODY_LIMIT body bytes into `parts`, best effort: the status already decided the
+    attempt."""
+    size = 0
+    try:
+        while size < BODY_LIMIT and (chunk := await response.next_chunk()):
+            parts.append(chunk)
+            size += len(chunk)
+    except PoolError:
+        pass
 
 
 async def _connect(addresses: Sequence[SockAddr]) -> trio.SocketStream:
@@ -351,11 +348,3 @@ async def _connect(addresses: Sequence[SockAddr]) -> trio.SocketStream:
             raise
         return trio.SocketStream(sock)
     raise _Failed(error)
-
-
-async def _receive(stream: trio.abc.Stream) -> bytes:
-    try:
-        data = await stream.receive_some(_RECEIVE)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        raise _Failed("connection broken while reading the response") from None
-    return bytes(data)

@@ -134,8 +134,9 @@ class ProviderConfig:
     max_keepalive_connections: int = 20
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 600.0
-    # A pooled connection idle this long is closed rather than reused: NATs and load balancers
-    # on the way forget idle connections silently, and a request on one waits read_timeout_s.
+    # An idle pooled connection older than this is closed, not reused: NATs and load balancers
+    # drop idle flows silently (often after 60-350 s), and a request on a dropped one waits
+    # the whole read timeout. 30 s is under those, and still reuses under any steady traffic.
     keepalive_expiry_s: float = 30.0
     # A non-streamed answer is held whole: 64 MiB bounds that and still fits large embedding
     # batches (2,048 inputs x 1,536 float dims is ~40 MB of JSON). Streams are read per chunk.

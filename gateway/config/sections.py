@@ -114,7 +114,7 @@ def parse_provider(table: Table, environ: Mapping[str, str]) -> ProviderConfig:
         ),
         read_timeout_s=table.get("read_timeout_s", values.parse_positive_number, d.read_timeout_s),
         keepalive_expiry_s=table.get(
-            "keepalive_expiry_s", values.number_in(0.0, 86_400.0), d.keepalive_expiry_s
+            "keepalive_expiry_s", values.parse_positive_number, d.keepalive_expiry_s
         ),
         max_response_bytes=table.get(
             "max_response_bytes", values.parse_positive_int, d.max_response_bytes

@@ -451,11 +451,3 @@ async def test_a_connection_idle_past_keepalive_expiry_is_not_reused(expiry_s: f
                 assert trio.current_time() - began >= 1.0  # the read timeout, spent
             await client.aclose()
         nursery.cancel_scope.cancel()
-
-
-def test_keepalive_expiry_decision() -> None:
-    from actors.http1_pool import expired
-
-    assert not expired(idle_since=10.0, now=14.9, expiry_s=5.0)
-    assert expired(idle_since=10.0, now=15.0, expiry_s=5.0)
-    assert expired(idle_since=10.0, now=10.0, expiry_s=0.0)  # 0: never reuse

@@ -210,6 +210,7 @@ max_connections = 7
 max_keepalive_connections = 3
 connect_timeout_s = 1
 read_timeout_s = 2.5
+keepalive_expiry_s = 12.5
 max_response_bytes = 1000
 
 [[models]]
@@ -235,6 +236,7 @@ max_document_tokens = 16000
     assert provider.connect_timeout_s == 1.0
     assert isinstance(provider.connect_timeout_s, float)
     assert provider.read_timeout_s == 2.5
+    assert provider.keepalive_expiry_s == 12.5
     assert provider.max_response_bytes == 1000
     (model,) = config.models
     assert model.upstream == "llama"
@@ -621,6 +623,7 @@ FILE_ERRORS = [
     (P + "max_keepalive_connections = -2\n", "providers[0].max_keepalive_connections", "least 1"),
     (P + "connect_timeout_s = 0\n", "providers[0].connect_timeout_s", "greater than 0"),
     (P + "read_timeout_s = '10s'\n", "providers[0].read_timeout_s", 'than 0, got "10s"'),
+    (P + "keepalive_expiry_s = 0\n", "providers[0].keepalive_expiry_s", "greater than 0"),
     (P + "max_response_bytes = 0\n", "providers[0].max_response_bytes", f"{AT_LEAST_1}, got 0"),
     # models
     (P + "[[models]]\nprovider = 'openai'\n", "models[0].id", "is required"),

@@ -162,6 +162,7 @@ async def test_stray_bytes_never_reach_another_organizations_request(rig: Rig) -
         "errors": 0,
         "connections_opened": 2,
         "connections_discarded": 1,
+        "connections_expired": 0,
     }
 
 
