@@ -74,7 +74,8 @@ DEFAULTS: dict[str, ActorSettings] = {
     "auto_replenish": ActorSettings(overflow="drop_oldest", inbox_capacity=256),
     "batch_writer": ActorSettings(overflow="wait", inbox_capacity=8192),
     "stream_relay": ActorSettings(overflow="wait", inbox_capacity=64, max_restarts=0),
-    "webhook_delivery": ActorSettings(overflow="wait", inbox_capacity=64),
+    # Deliveries back off longer: a receiver that is down stays down for a while.
+    "webhook_delivery": ActorSettings(inbox_capacity=64, initial_backoff_s=1.0, max_backoff_s=60.0),
     "background": ActorSettings(),  # janitors, watchers, pollers
 }
 FIRE_AND_FORGET_KINDS = frozenset({"auto_replenish", "batch_writer"})
