@@ -57,8 +57,8 @@ class FileStore:
     repo: FileRepository
     blobs: BlobStore
     box: SecretBox  # purpose FILE_KEYS
-    max_file_bytes: int = 512_000_000  # `[server] max_file_body_bytes` (512 MB)
-    max_vision_bytes: int = 20_000_000  # `[server] max_vision_body_bytes` (20 MB)
+    max_file_bytes: int  # `[server] max_file_body_bytes`
+    max_vision_bytes: int  # `[server] max_vision_body_bytes`
     owner: str | None = None  # this process's instance slot (storage/instance_slot.py)
 
     def max_bytes(self, purpose: str | None) -> int:

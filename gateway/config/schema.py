@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from actors.fine_tuning.settings import FineTuningConfig
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import ActorSettings
+from protocol.audio.transcription import MAX_FILE_BYTES as AUDIO_MAX_FILE_BYTES
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -102,7 +103,7 @@ class ServerConfig:
     # Hypercorn's default of 1000 would cut off busy keep-alive clients.
     keep_alive_max_requests: int = 1_000_000
     max_request_body_bytes: int = 1_048_576  # JSON bodies on management and inference routes
-    max_audio_body_bytes: int = 25_000_000  # transcription uploads (the API's 25 MB)
+    max_audio_body_bytes: int = AUDIO_MAX_FILE_BYTES  # transcription uploads (the API's 25 MB)
     max_file_body_bytes: int = 512_000_000  # file uploads (the API's 512 MB)
     max_vision_body_bytes: int = 20_000_000  # vision file uploads (the API's 20 MB)
     access_log: bool = True

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from actors.ratelimit import RateLimiter
 from gateway.auth.operator import OperatorKeys
+from gateway.config.schema import ServerConfig
 from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext, context_of
 from gateway.web.errors import answer
@@ -32,16 +33,17 @@ from protocol.errors import forbidden
 from services.auth import Authenticator
 
 WEBSOCKET_NOT_FOUND = 4404
+_SERVER = ServerConfig()  # one place for each default: the config's
 
 
 @dataclass(frozen=True)
 class BodyLimits:
-    """Bytes, per `BodyLimit` kind (from `[server]`)."""
+    """Bytes, per `BodyLimit` kind (from `[server]`, whose defaults are these)."""
 
-    json: int = 1_048_576
-    audio: int = 25_000_000
-    file: int = 512_000_000
-    vision: int = 20_000_000
+    json: int = _SERVER.max_request_body_bytes
+    audio: int = _SERVER.max_audio_body_bytes
+    file: int = _SERVER.max_file_body_bytes
+    vision: int = _SERVER.max_vision_body_bytes
 
     def of(self, kind: BodyLimit) -> int:
         return int(getattr(self, kind))

@@ -793,3 +793,20 @@ def test_database_statement_timeout_defaults_and_validates(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
     assert caught.value.key == "database.timeout"
+
+
+def test_each_default_is_the_configs_own() -> None:
+    """The request layer's body limits and the audio route's file limit are not restated:
+    they are `[server]`'s defaults."""
+    from gateway.web.app import BodyLimits
+    from protocol.audio.transcription import MAX_FILE_BYTES
+
+    server = ServerConfig()
+    limits = BodyLimits()
+    assert (limits.json, limits.audio, limits.file, limits.vision) == (
+        server.max_request_body_bytes,
+        server.max_audio_body_bytes,
+        server.max_file_body_bytes,
+        server.max_vision_body_bytes,
+    )
+    assert server.max_audio_body_bytes == MAX_FILE_BYTES
