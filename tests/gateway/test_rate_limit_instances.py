@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from bench.upstream import serve_upstream
 from tests.backends import REDIS_URL
 from tests.gateway.keys_client import create_key
-from tests.inference import two_instances
+from tests.harness import gateway_config, running_gateway
+from tests.inference import inference_toml, two_instances
 
 pytestmark = pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL")
 
@@ -37,3 +39,30 @@ async def test_two_instances_share_one_exact_limit(database_url: str, tmp_path: 
                 burst.start_soon(call, i)
     assert statuses.count(200) == rpm
     assert statuses.count(429) == attempts - rpm
+
+
+async def test_a_full_key_inbox_answers_503_actor_overloaded(
+    database_url: str, tmp_path: Path
+) -> None:
+    assert REDIS_URL is not None
+    async with trio.open_nursery() as nursery:
+        upstream = await nursery.start(serve_upstream)
+        toml = inference_toml(upstream.url) + "\n[actors.rate_limiter]\ninbox_capacity = 1\n"
+        config = gateway_config(database_url, tmp_path, toml=toml, GATEWAY_REDIS_URL=REDIS_URL)
+        async with running_gateway(config) as gw:
+            key = (await create_key(gw, name="tiny", rate_limit_rpm=10_000))["key"]
+            responses: list[tuple[int, str | None, str | None]] = []
+
+            async def call() -> None:
+                r = await gw.client.get("/v1/models", headers=gw.auth(key))
+                code = r.json()["error"]["code"] if r.status_code != 200 else None
+                responses.append((r.status_code, code, r.headers.get("retry-after")))
+
+            async with trio.open_nursery() as burst:
+                for _ in range(40):
+                    burst.start_soon(call)
+        nursery.cancel_scope.cancel()
+    assert (200, None, None) in responses
+    overloaded = [r for r in responses if r[0] == 503]
+    assert overloaded
+    assert all(code == "actor_overloaded" and after for _, code, after in overloaded)
