@@ -32,6 +32,33 @@ log = logging.getLogger("gateway.provider_keys")
 _MAX_ENTRIES = 100_000
 
 
+class ReportThrottle:
+    """Whether to report a provider's refusal of a key now: once per (key id, sealed value)
+    per `interval` seconds. No I/O; the caller passes the time and releases a claim whose write
+    did not happen. Memory is bounded by `max_entries` (past it everything is forgotten: at
+    worst one extra report per key, and storage throttles across instances anyway)."""
+
+    def __init__(self, interval: float, *, max_entries: int = _MAX_ENTRIES) -> None:
+        self._interval = interval
+        self._max_entries = max_entries
+        self._last: dict[tuple[str, str], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def claim(self, marker: tuple[str, str], now: float) -> bool:
+        last = self._last.get(marker)
+        if last is not None and now - last < self._interval:
+            return False
+        if len(self._last) >= self._max_entries:
+            self._last.clear()
+        self._last[marker] = now
+        return True
+
+    def release(self, marker: tuple[str, str]) -> None:
+        self._last.pop(marker, None)
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     key: SealedProviderKey | None  # None: the org has no key for this provider
@@ -54,7 +81,7 @@ class ProviderKeyResolver:
         self._report_interval = report_interval
         self._cache: dict[tuple[str, str], _Entry] = {}
         self._generation = 0  # moves on every drop: a load begun before it is not cached
-        self._reported: dict[tuple[str, str], float] = {}  # (key id, sealed) -> last report
+        self._reported = ReportThrottle(report_interval)  # per (key id, sealed value)
         self.hits = 0
         self.misses = 0
         self.reports = 0
@@ -104,20 +131,15 @@ class ProviderKeyResolver:
         key = entry.key
         if key is None:
             return False  # deleted meanwhile
-        now = trio.current_time()
         marker = (key.id, key.sealed_key)
-        last = self._reported.get(marker)
-        if last is not None and now - last < self._report_interval:
+        if not self._reported.claim(marker, trio.current_time()):
             return False
-        if len(self._reported) >= _MAX_ENTRIES:
-            self._reported.clear()
-        self._reported[marker] = now
         try:
             written = await self._repo.mark_rejected(
                 org_id, key, status=status, interval_us=int(self._report_interval * 1_000_000)
             )
         except BaseException:
-            self._reported.pop(marker, None)
+            self._reported.release(marker)
             raise
         if written:
             self.reports += 1

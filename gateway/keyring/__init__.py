@@ -3,8 +3,10 @@
 unlock.py  `unlock`: the pepper, the key's id and creation time, or WrongMasterKey (a clear
            message, not a failed decryption later); the master key's age gauge
 rotate.py  `rotate_master_key`: every sealed value and the keyring under a new master key
-watch.py   `KeyringWatch`: a running instance notices its master key was rotated away (retired)
-           and refuses every use of it (`WatchedBox`, 503 `master_key_rotated`) until restarted
+
+A running instance noticing its master key was rotated away (retired) and refusing every use of
+it (`WatchedBox`, 503 `master_key_rotated`) until restarted is the domain's, services/keyring.py,
+checked every interval by the actor `KeyringPoller` (actors/keyring_watch.py).
 """
 
 from gateway.keyring.unlock import Keyring, WrongMasterKey, register_age_gauge, unlock
