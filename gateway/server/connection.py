@@ -47,8 +47,9 @@ class _Date:
 _date = _Date()
 
 
-class ClientGone(Exception):
-    """A write to the client failed: it closed or reset the connection."""
+class ClientDisconnected(Exception):
+    """The client went away: a write to it failed (it closed or reset the connection), or it
+    left before its request body was read."""
 
 
 class Exchange:
@@ -296,4 +297,4 @@ class Connection:
             self.closed = self.broken = True
             if self._waiter is not None:
                 self._waiter.cancel()
-            raise ClientGone from None
+            raise ClientDisconnected from None

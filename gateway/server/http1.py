@@ -34,7 +34,7 @@ import trio
 
 from gateway.config.schema import ServerConfig
 from gateway.server.asgi import ASGIApp, Message
-from gateway.server.connection import REASONS, ClientGone, Connection, Exchange
+from gateway.server.connection import REASONS, ClientDisconnected, Connection, Exchange
 from gateway.server.websocket import HandshakeError, serve_websocket
 from protocol.http1_server import END, Event, Reject, Request, RequestParser, Upgrade
 
@@ -222,7 +222,7 @@ class Http1Server:
         scope = _scope(head, base)
         try:
             await self._app(scope, exchange.receive, exchange.send)
-        except ClientGone:
+        except ClientDisconnected:
             return
         except Exception:
             # The path as sent (%-escapes kept): decoded, `%0D%0A` would forge log lines.
@@ -241,7 +241,7 @@ class Http1Server:
         try:
             await exchange.send({"type": "http.response.start", "status": 500, "headers": []})
             await exchange.send({"type": "http.response.body", "body": b""})
-        except ClientGone:
+        except ClientDisconnected:
             pass
 
 
@@ -323,7 +323,7 @@ async def _reject(conn: Connection, reject: Reject) -> None:
                 head + b"content-type: application/json\r\ncontent-length: %d\r\n"
                 b"connection: close\r\n\r\n%s" % (len(body), body)
             )
-        except ClientGone:
+        except ClientDisconnected:
             return
     await conn.linger()
 

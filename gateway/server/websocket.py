@@ -30,7 +30,7 @@ from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
 from gateway.server.asgi import ASGIApp, Message
-from gateway.server.connection import ClientGone, Connection
+from gateway.server.connection import ClientDisconnected, Connection
 from protocol.http1_server import Request
 
 log = logging.getLogger("gateway.http")
@@ -98,7 +98,7 @@ class WebSocket:
             event = TextMessage(text) if text is not None else BytesMessage(message["bytes"])
             await self._write(self._ws.send(event))
         elif kind in ("websocket.send", "websocket.close") and state is not ConnectionState.OPEN:
-            raise ClientGone  # the connection is closing or closed
+            raise ClientDisconnected  # the connection is closing or closed
         else:
             raise RuntimeError(f"unexpected ASGI message {kind!r} in state {state.name}")
 
@@ -122,7 +122,7 @@ class WebSocket:
                 await self._write(self._ws.send(CloseConnection(code)))
             with trio.move_on_after(_CLOSE_WAIT_S):
                 await self._reader_done.wait()
-        except ClientGone:
+        except ClientDisconnected:
             pass
 
     async def read_frames(self) -> None:
@@ -158,7 +158,7 @@ class WebSocket:
                     return
                 data = await self._conn.receive_raw()
                 ws.receive_data(data or None)  # None: the TCP connection ended (1006)
-        except ClientGone:
+        except ClientDisconnected:
             pass
         finally:
             self._reader_done.set()
@@ -198,7 +198,7 @@ async def serve_websocket(
         failed = False
         try:
             await app(scope, ws.receive, ws.send)
-        except ClientGone:
+        except ClientDisconnected:
             pass
         except Exception:
             failed = True

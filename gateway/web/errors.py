@@ -6,7 +6,8 @@
                           `[database] statement_timeout_s`)
     InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
                           inbox with overflow "reject" was full
-    ClientDisconnected    nothing (there is no one to answer)
+    ClientDisconnected    nothing (there is no one to answer): the client closed or reset
+                          the connection, mid-body or mid-response
     any other Exception   500 internal_error; the traceback is logged, never sent
 
 Once a response has started nothing more is sent: the stream just ends. An `ExceptionGroup`
@@ -20,16 +21,13 @@ import logging
 
 from actors.errors import InboxFull
 from gateway.server.asgi import Send
+from gateway.server.connection import ClientDisconnected
 from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
 from protocol.errors import APIError, server_error
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger("gateway.errors")
-
-
-class ClientDisconnected(Exception):
-    """The client went away before its request body was read."""
 
 
 def request_too_large() -> APIError:

@@ -17,7 +17,7 @@ import trio.testing
 from gateway.config.schema import ServerConfig
 from gateway.server import http1
 from gateway.server.asgi import Message
-from gateway.server.connection import ClientGone
+from gateway.server.connection import ClientDisconnected
 from gateway.server.http1 import Http1Server
 from protocol.http1_server import Request
 from tests.gateway.rawhttp import Raw, get
@@ -195,7 +195,7 @@ def _streaming_app(left: trio.Event, stop_at: int = 1000) -> Any:
                 part = b"data: %d\n\n" % i
                 try:
                     await send({"type": "http.response.body", "body": part, "more_body": True})
-                except ClientGone:
+                except ClientDisconnected:
                     await trio.sleep_forever()  # `watch` must hear of it
                 await trio.sleep(0.02)
 
