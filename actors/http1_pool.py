@@ -10,8 +10,6 @@ Errors (mapped to the Upstream* errors by actors/upstream.py):
     PoolError
      ├── ConnectFailed     the TCP/TLS connection could not be opened in time
      ├── ConnectionBroken  the peer closed or reset the connection mid-response
-     ├── InvalidResponse   the response broke HTTP/1.1 framing, or a limit (head size, header
-     │                     count, interim responses, a body past `max_bytes`)
      └── ReadTimedOut      no complete head, or no next body bytes, within `read_timeout_s`
 
 A connection goes back to the pool only when its response was read to its end, asked for
@@ -33,8 +31,8 @@ from urllib.parse import urlsplit
 import outcome
 import trio
 
+from protocol.errors import UpstreamMalformed
 from protocol.http1_client import (
-    BadResponse,
     ResponseHead,
     ResponseParser,
     format_chunk,
@@ -54,10 +52,6 @@ class ConnectFailed(PoolError):
 
 
 class ConnectionBroken(PoolError):
-    pass
-
-
-class InvalidResponse(PoolError):
     pass
 
 
@@ -128,29 +122,26 @@ class Response:
             if not data:
                 try:
                     parser.feed_eof()
-                except BadResponse as exc:
+                except UpstreamMalformed as exc:
                     raise ConnectionBroken(str(exc)) from None
                 return b""
-            try:
-                body = parser.feed(data)
-            except BadResponse as exc:
-                raise InvalidResponse(str(exc)) from None
+            body = parser.feed(data)
             if body:
                 return body
         return b""
 
     async def read(self, max_bytes: int) -> bytes:
-        """The rest of the body; InvalidResponse once it passes `max_bytes` (a Content-Length
+        """The rest of the body; UpstreamMalformed once it passes `max_bytes` (a Content-Length
         over it fails before reading)."""
         length = self._head.content_length
         if length is not None and length > max_bytes:
-            raise InvalidResponse(f"body of {length} bytes, over the {max_bytes} allowed")
+            raise UpstreamMalformed(f"body of {length} bytes, over the {max_bytes} allowed")
         parts: list[bytes] = []
         size = 0
         while chunk := await self.next_chunk():
             size += len(chunk)
             if size > max_bytes:
-                raise InvalidResponse(f"body over the {max_bytes} bytes allowed")
+                raise UpstreamMalformed(f"body over the {max_bytes} bytes allowed")
             parts.append(chunk)
         return b"".join(parts)
 
@@ -265,14 +256,14 @@ class Http1Pool:
         runs from the body's end (an upload may take longer than it); a send that makes no
         progress for that long is a timeout too (an upstream that stopped reading)."""
         answer: list[Response] = []
-        failed: list[PoolError] = []
+        failed: list[PoolError | UpstreamMalformed] = []
 
         async def read_head(scope: trio.CancelScope) -> None:
             try:
                 answer.append(await self._read_head(conn, within_s=math.inf))
             except _Stale:
                 failed.append(ConnectionBroken("connection closed before the response"))
-            except PoolError as exc:
+            except (PoolError, UpstreamMalformed) as exc:
                 failed.append(exc)
             scope.cancel()  # the answer (or its failure) is in: stop sending, if still
 
@@ -334,25 +325,22 @@ class Http1Pool:
         stream = conn.stream
         parser = ResponseParser()
         received = False
-        try:
-            with trio.move_on_after(within_s):  # not fail_after: see _receive
-                while True:
-                    try:
-                        chunk = await stream.receive_some(_RECEIVE)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        if not received:
-                            raise _Stale from None
-                        raise ConnectionBroken("connection reset mid-head") from None
-                    if not chunk:
-                        if not received:
-                            raise _Stale
-                        raise ConnectionBroken("connection closed mid-head")
-                    received = True
-                    body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
-                    if parser.head is not None:
-                        return Response(parser, conn, body, self._read_timeout)
-        except BadResponse as exc:
-            raise InvalidResponse(str(exc)) from None
+        with trio.move_on_after(within_s):  # not fail_after: see _receive
+            while True:
+                try:
+                    chunk = await stream.receive_some(_RECEIVE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    if not received:
+                        raise _Stale from None
+                    raise ConnectionBroken("connection reset mid-head") from None
+                if not chunk:
+                    if not received:
+                        raise _Stale
+                    raise ConnectionBroken("connection closed mid-head")
+                received = True
+                body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
+                if parser.head is not None:
+                    return Response(parser, conn, body, self._read_timeout)
         raise ReadTimedOut(f"no complete response head in {within_s} s")
 
     async def _connect(self) -> _Connection:

@@ -31,7 +31,8 @@ from urllib.parse import urlsplit
 
 import trio
 
-from protocol.http1_client import BadResponse, ResponseParser, format_request
+from protocol.errors import UpstreamMalformed
+from protocol.http1_client import ResponseParser, format_request
 from protocol.netguard import Network, inside, parse_address, refusal
 
 BODY_LIMIT = 4096  # response body bytes kept (for the log); the rest is never read
@@ -308,7 +309,7 @@ class WebhookSender:
                 if not data:
                     parser.feed_eof()  # raises: no head yet
                 body += parser.feed(data)
-            except BadResponse as exc:
+            except UpstreamMalformed as exc:
                 raise _Failed(f"invalid response: {exc}") from None
         return body
 
@@ -325,7 +326,7 @@ class WebhookSender:
                 chunk = parser.feed(data)
                 parts.append(chunk)
                 size += len(chunk)
-        except (_Failed, BadResponse):
+        except (_Failed, UpstreamMalformed):
             pass
         return b"".join(parts)
 

@@ -23,8 +23,8 @@ import trio
 
 from gateway.files.store import FileStore
 from gateway.files.upload import Upload
+from gateway.server.connection import ClientDisconnected
 from gateway.web import Request
-from gateway.web.errors import ClientDisconnected
 from gateway.web.idempotency import stored_response
 from protocol.files.api import FileObject
 from protocol.timefmt import now_us

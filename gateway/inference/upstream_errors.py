@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import logging
 
-from actors.upstream import (
-    UpstreamBadResponse,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamTimeout,
-)
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from protocol.anthropic import upstream_error_message
-from protocol.errors import APIError
+from protocol.errors import (
+    APIError,
+    UpstreamError,
+    UpstreamMalformed,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
 from protocol.provider_keys import REJECTED_STATUSES, rejected_by_provider
 
 log = logging.getLogger("gateway.provider_keys")
@@ -36,7 +36,7 @@ def to_api_error(exc: UpstreamError) -> APIError:
             type="upstream_error",
             code="upstream_timeout",
         )
-    if isinstance(exc, UpstreamBadResponse):
+    if isinstance(exc, UpstreamMalformed):
         return APIError(
             502,
             f"The upstream provider {provider!r} sent a malformed or oversized response.",

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from gateway.auth.principal import Principal
 from gateway.server.asgi import Receive, Scope, Send
+from gateway.server.connection import ClientDisconnected
 from gateway.web.context import RequestContext
-from gateway.web.errors import ClientDisconnected, request_too_large
+from gateway.web.errors import request_too_large
 from gateway.web.multipart import DEFAULT_LIMITS, Form, MultipartLimits, open_multipart
 from gateway.web.query import parse_query
 from gateway.web.responses import Headers
