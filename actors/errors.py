@@ -16,8 +16,9 @@ As in Trio, "closed" (we shut it down) is not "broken" (a peer or the network fa
 Elsewhere: the upstream HTTP client raises the `UpstreamError` family, defined in
 protocol/errors.py (parsers raise its `UpstreamMalformed`) and mapped once at the gateway's
 boundary (gateway/web/errors.py); the connection pool's `PoolError` family
-(actors/http1_pool.py) is mapped to it by actors/upstream.py. The accountant's `InsufficientCredits` and `BudgetExceeded` are
-answers (a refusal), not failures, and live with it.
+(actors/http1_pool.py) is mapped to it by actors/upstream.py. The accountant's
+`InsufficientCredits` and `BudgetExceeded` are answers (a refusal), not failures, and live
+with it.
 """
 
 from __future__ import annotations
