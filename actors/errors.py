@@ -13,10 +13,12 @@ As in Trio, "closed" (we shut it down) is not "broken" (a peer or the network fa
                └── RedisUnavailable  Redis did not answer in time, or failed (the rate
                                      limiter and the shared holds)
 
-Kept where they are, mapped at their own boundaries: the upstream HTTP client's
-`UpstreamError` family (actors/upstream.py) and the connection pool's `PoolError` family
-(actors/http1_pool.py). The accountant's `InsufficientCredits` and `BudgetExceeded` are
-answers (a refusal), not failures, and live with it.
+Elsewhere: the upstream HTTP client raises the `UpstreamError` family, defined in
+protocol/errors.py (parsers raise its `UpstreamMalformed`) and mapped once at the gateway's
+boundary (gateway/web/errors.py); the connection pool's `PoolError` family
+(actors/http1_pool.py) is mapped to it by actors/upstream.py. The accountant's
+`InsufficientCredits` and `BudgetExceeded` are answers (a refusal), not failures, and live
+with it.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ Errors:
     PoolError
      ├── ConnectFailed     the TCP/TLS connection could not be opened in time
      ├── ConnectionBroken  the peer closed or reset the connection mid-response
-     ├── InvalidResponse   the response broke HTTP/1.1 framing, or a limit (head size, header
-     │                     count, interim responses, a body past `max_bytes`)
      └── ReadTimedOut      no complete head, or no next body bytes, within the read timeout
+    UpstreamMalformed      (protocol/errors.py) the response broke HTTP/1.1 framing, or a limit
+                           (head size, header count, interim responses, a body past
+                           `max_bytes`): raised by the parser as it is
 
 `Stale` (not a PoolError) is a connection that closed or reset before any response byte: a
 pool retries a kept-alive request elsewhere.
@@ -32,7 +33,8 @@ from collections.abc import AsyncIterable
 import outcome
 import trio
 
-from protocol.http1_client import BadResponse, ResponseHead, ResponseParser, format_chunk
+from protocol.errors import UpstreamMalformed
+from protocol.http1_client import ResponseHead, ResponseParser, format_chunk
 
 _RECEIVE = 65536
 _FAILED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
@@ -50,10 +52,6 @@ class ConnectionBroken(PoolError):
     def __init__(self, message: str, *, eof: bool = False) -> None:
         super().__init__(message)
         self.eof = eof  # closed (not reset) by the peer
-
-
-class InvalidResponse(PoolError):
-    pass
 
 
 class ReadTimedOut(PoolError):
@@ -174,25 +172,22 @@ class Connection:
         stream = self.stream
         parser = ResponseParser()
         received = False
-        try:
-            with trio.move_on_after(within_s):  # not fail_after: see Response._receive
-                while True:
-                    try:
-                        chunk = await stream.receive_some(_RECEIVE)
-                    except _FAILED:
-                        if not received:
-                            raise Stale(eof=False) from None
-                        raise ConnectionBroken("connection reset mid-head") from None
-                    if not chunk:
-                        if not received:
-                            raise Stale(eof=True)
-                        raise ConnectionBroken("connection closed mid-head", eof=True)
-                    received = True
-                    body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
-                    if parser.head is not None:
-                        return Response(parser, self, body, read_timeout_s)
-        except BadResponse as exc:
-            raise InvalidResponse(str(exc)) from None
+        with trio.move_on_after(within_s):  # not fail_after: see Response._receive
+            while True:
+                try:
+                    chunk = await stream.receive_some(_RECEIVE)
+                except _FAILED:
+                    if not received:
+                        raise Stale(eof=False) from None
+                    raise ConnectionBroken("connection reset mid-head") from None
+                if not chunk:
+                    if not received:
+                        raise Stale(eof=True)
+                    raise ConnectionBroken("connection closed mid-head", eof=True)
+                received = True
+                body = parser.feed(chunk if isinstance(chunk, bytes) else bytes(chunk))
+                if parser.head is not None:
+                    return Response(parser, self, body, read_timeout_s)
         raise ReadTimedOut(f"no complete response head in {within_s} s")
 
     async def send_streamed(
@@ -204,7 +199,7 @@ class Connection:
         send that makes no progress for that long is a timeout too (an upstream that stopped
         reading). An exception from `chunks` (the client left) passes through."""
         answer: list[Response] = []
-        failed: list[PoolError] = []
+        failed: list[PoolError | UpstreamMalformed] = []
 
         async def read_head(scope: trio.CancelScope) -> None:
             try:
@@ -213,7 +208,7 @@ class Connection:
                 )
             except Stale:
                 failed.append(ConnectionBroken("connection closed before the response"))
-            except PoolError as exc:
+            except (PoolError, UpstreamMalformed) as exc:
                 failed.append(exc)
             scope.cancel()  # the answer (or its failure) is in: stop sending, if still
 
@@ -347,29 +342,26 @@ class Response:
             if not data:
                 try:
                     parser.feed_eof()
-                except BadResponse as exc:
+                except UpstreamMalformed as exc:
                     raise ConnectionBroken(str(exc), eof=True) from None
                 return b""
-            try:
-                body = parser.feed(data)
-            except BadResponse as exc:
-                raise InvalidResponse(str(exc)) from None
+            body = parser.feed(data)  # UpstreamMalformed: it broke the framing
             if body:
                 return body
         return b""
 
     async def read(self, max_bytes: int) -> bytes:
-        """The rest of the body; InvalidResponse once it passes `max_bytes` (a Content-Length
+        """The rest of the body; UpstreamMalformed once it passes `max_bytes` (a Content-Length
         over it fails before reading)."""
         length = self._head.content_length
         if length is not None and length > max_bytes:
-            raise InvalidResponse(f"body of {length} bytes, over the {max_bytes} allowed")
+            raise UpstreamMalformed(f"body of {length} bytes, over the {max_bytes} allowed")
         parts: list[bytes] = []
         size = 0
         while chunk := await self.next_chunk():
             size += len(chunk)
             if size > max_bytes:
-                raise InvalidResponse(f"body over the {max_bytes} bytes allowed")
+                raise UpstreamMalformed(f"body over the {max_bytes} bytes allowed")
             parts.append(chunk)
         return b"".join(parts)
 

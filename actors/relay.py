@@ -22,8 +22,9 @@ import trio
 
 from actors.base import Actor
 from actors.http1_pool import Response
-from actors.upstream import UpstreamClient, UpstreamError, UpstreamTimeout, mapped_errors
-from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, error_frame
+from actors.upstream import UpstreamClient, mapped_errors
+from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
+from protocol.openai_chat import ChunkRelay, error_frame
 from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
 from protocol.usage import Usage
 
@@ -184,9 +185,9 @@ class StreamRelays(Actor):
                             await out.send(b"".join(batch))  # cancelled: not sent
                             batch = []
                 if not frames.finished:
-                    raise UpstreamProtocolError("the upstream stream ended early")
+                    raise UpstreamMalformed("the upstream stream ended early")
                 closing = batch + frames.finish()
-            except (UpstreamError, UpstreamProtocolError, SSEError) as exc:
+            except (UpstreamError, SSEError) as exc:
                 stats.broken += 1
                 code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
                 closing = [*batch, *_broken(frames, _describe(exc), code)]

@@ -1,11 +1,6 @@
 """Upstream provider clients: one connection pool per provider, and the mapping of transport
-failures to our own errors (never leaked as pool or socket exceptions).
-
-    UpstreamError
-     ├── UpstreamStatusError    the provider answered with a non-2xx status
-     ├── UpstreamUnavailable    could not connect, or the connection broke
-     │    └── UpstreamBadResponse   the answer broke HTTP/1.1 framing or a size limit
-     └── UpstreamTimeout        no answer (or no next chunk) within the read timeout
+failures to the `UpstreamError` family (protocol/errors.py, where its hierarchy is drawn):
+never leaked as pool or socket exceptions, and always naming the provider.
 
 HTTP/1.1 upstream on purpose: closing an HTTP/1.1 response early closes its connection, which
 stops the provider (with h2, httpx sends no RST_STREAM, so a provider would keep generating
@@ -26,42 +21,21 @@ from actors.http1_pool import (
     DEFAULT_KEEPALIVE_EXPIRY_S,
     ConnectFailed,
     Http1Pool,
-    InvalidResponse,
     PoolError,
     ReadTimedOut,
     Response,
+)
+from protocol.errors import (
+    UpstreamError,
+    UpstreamMalformed,
+    UpstreamStatusError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from protocol.http1_client import ResponseHead, format_headers
 
 ANTHROPIC_VERSION = "2023-06-01"
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class UpstreamError(Exception):
-    def __init__(self, provider: str, message: str) -> None:
-        super().__init__(f"{provider}: {message}")
-        self.provider = provider
-
-
-class UpstreamStatusError(UpstreamError):
-    def __init__(self, provider: str, status: int, body: bytes, retry_after: str | None) -> None:
-        super().__init__(provider, f"upstream answered {status}")
-        self.status = status
-        self.body = body
-        self.retry_after = retry_after
-
-
-class UpstreamUnavailable(UpstreamError):
-    pass
-
-
-class UpstreamBadResponse(UpstreamUnavailable):
-    """The provider's answer broke HTTP/1.1 framing (bad or conflicting lengths, bad chunks,
-    an oversized head) or was larger than `max_response_bytes`."""
-
-
-class UpstreamTimeout(UpstreamError):
-    pass
 
 
 class mapped_errors:  # lower-case: used as `with mapped_errors(provider):`
@@ -79,6 +53,8 @@ class mapped_errors:  # lower-case: used as `with mapped_errors(provider):`
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
+        if isinstance(exc, UpstreamMalformed) and not exc.provider:
+            raise exc.named(self._provider) from exc
         if exc is None or not isinstance(exc, PoolError):
             return
         provider = self._provider
@@ -86,8 +62,6 @@ class mapped_errors:  # lower-case: used as `with mapped_errors(provider):`
             raise UpstreamTimeout(provider, str(exc)) from exc
         if isinstance(exc, ConnectFailed):
             raise UpstreamUnavailable(provider, str(exc)) from exc
-        if isinstance(exc, InvalidResponse):
-            raise UpstreamBadResponse(provider, str(exc)) from exc
         raise UpstreamUnavailable(provider, f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -139,7 +113,7 @@ class UpstreamClient:
     ) -> tuple[bytes, ResponseHead]:
         """POST and read the whole answer, with its head (whose `headers` are decoded only
         when read); non-2xx raises UpstreamStatusError, a body over
-        `max_response_bytes` UpstreamBadResponse. `api_key` replaces the configured key for
+        `max_response_bytes` UpstreamMalformed. `api_key` replaces the configured key for
         this call (bring-your-own-key). Cancellation closes the request's connection."""
         async with self.stream(path, body, accept="application/json", api_key=api_key) as response:
             with mapped_errors(self.name):

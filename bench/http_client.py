@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import trio
 
 from protocol import http1_client as http1
+from protocol.errors import UpstreamMalformed
 
 _RECEIVE = 64 * 1024
 
@@ -143,7 +144,7 @@ class ResponseParser:
         self.started = True
         try:
             body = inner.feed(data)
-        except http1.BadResponse as exc:
+        except UpstreamMalformed as exc:
             raise ProtocolError(str(exc)) from None
         if inner.excess:
             raise ProtocolError("bytes after the end of the response")
@@ -162,7 +163,7 @@ class ResponseParser:
             raise StaleConnection("connection closed before the response")
         try:
             self._inner.feed_eof()
-        except http1.BadResponse:
+        except UpstreamMalformed:
             if self._sse and 0 < self.status < 400 and not self.done:
                 raise StreamCut("connection closed mid-stream") from None
             raise ProtocolError("connection closed mid-response") from None

@@ -5,7 +5,7 @@ turns the answer (a message, or its event stream) back into `chat.completion` /
 `chat.completion.chunk` following the same streaming rules as `ChunkRelay`. No I/O here.
 
 Errors: a client request Anthropic cannot express is a 400 `APIError` naming the `param`; a broken
-or failing upstream is `UpstreamProtocolError` (shared with `protocol.openai_chat`).
+or failing upstream is `UpstreamMalformed` (shared with `protocol.openai_chat`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 
 from protocol.anthropic_request import to_messages_request
+from protocol.errors import UpstreamMalformed
 from protocol.openai_chat import (
     CHUNK_OBJECT,
-    UpstreamProtocolError,
     closing_frames,
     new_completion_id,
 )
@@ -80,9 +80,9 @@ def from_messages_response(body: bytes, *, model: str) -> tuple[bytes, Usage]:
     try:
         message = msgspec.json.decode(body, type=_MessageResponse)
     except RecursionError:
-        raise UpstreamProtocolError("upstream message is nested too deeply") from None
+        raise UpstreamMalformed("upstream message is nested too deeply") from None
     except msgspec.DecodeError as exc:
-        raise UpstreamProtocolError(f"upstream message is malformed: {exc}") from None
+        raise UpstreamMalformed(f"upstream message is malformed: {exc}") from None
     text: list[str] = []
     thinking: list[str] = []
     tool_calls: list[dict[str, Any]] = []
@@ -95,7 +95,7 @@ def from_messages_response(body: bytes, *, model: str) -> tuple[bytes, Usage]:
             try:  # msgspec leaves a Raw value's bytes unchecked
                 arguments = bytes(block.input).decode() if len(block.input) else "{}"
             except UnicodeDecodeError:
-                raise UpstreamProtocolError("upstream tool input is not UTF-8") from None
+                raise UpstreamMalformed("upstream tool input is not UTF-8") from None
             function = {"name": block.name, "arguments": arguments}
             tool_calls.append({"id": block.id, "type": "function", "function": function})
     reply: dict[str, Any] = {
@@ -248,13 +248,13 @@ class StreamTranslator:
 
     def feed(self, event: SSEEvent) -> list[bytes]:
         """One upstream event in, the frames for the client out; an `error` event raises
-        `UpstreamProtocolError` carrying the upstream's message."""
+        `UpstreamMalformed` carrying the upstream's message."""
         try:
             parsed = _decode_event(event.data)
         except msgspec.ValidationError as exc:
             return self._unknown(event, exc)
         except (msgspec.DecodeError, RecursionError):  # RecursionError: nested thousands deep
-            raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
+            raise UpstreamMalformed("upstream sent a non-JSON stream event") from None
         if isinstance(parsed, _BlockDelta):
             delta = parsed.delta
             if delta.type == "text_delta":
@@ -283,7 +283,7 @@ class StreamTranslator:
             tail = b',"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]}\n\n'
             return self._chunk({}, tail)
         if isinstance(parsed, _Error):
-            raise UpstreamProtocolError(
+            raise UpstreamMalformed(
                 parsed.error.message or parsed.error.type or "upstream stream error"
             )
         if isinstance(parsed, _MessageStop):
@@ -332,10 +332,10 @@ class StreamTranslator:
         try:
             payload = _decode_any(event.data)
         except (msgspec.DecodeError, RecursionError):
-            raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
+            raise UpstreamMalformed("upstream sent a non-JSON stream event") from None
         kind = payload.get("type") if isinstance(payload, dict) else None
         if kind in _KNOWN_EVENTS:
-            raise UpstreamProtocolError(f"upstream sent a malformed {kind} event: {exc}")
+            raise UpstreamMalformed(f"upstream sent a malformed {kind} event: {exc}")
         return []  # an event type newer than this code: skip it, as Anthropic asks
 
     def __repr__(self) -> str:

@@ -4,6 +4,22 @@
 rendering it is pure. Lower layers (storage, upstream clients) have their own exceptions, mapped
 to `APIError` at the gateway boundary — never leaked to clients with a driver message.
 
+The upstream family is here, below every layer that raises or catches it: parsers in protocol/
+raise `UpstreamMalformed`, the upstream client (actors/upstream.py) raises the others and names
+the provider, and the gateway's boundary (gateway/web/errors.py `to_api_error`) maps them all:
+
+    Exception
+     ├── APIError                   answered to the client as it is
+     └── UpstreamError              an upstream call failed; `provider` names it ("" until the
+          │                         upstream client knows it: a parser does not)
+          ├── UpstreamStatusError   the provider answered a non-2xx status (`status`, `body`,
+          │                         `retry_after`)
+          ├── UpstreamUnavailable   could not connect, or the connection broke or was reset
+          ├── UpstreamTimeout       no answer (or no next chunk) within the read timeout
+          └── UpstreamMalformed     the provider answered something unusable: broken HTTP/1.1
+                                    framing or over a size limit, not JSON, the wrong shape,
+                                    or an error reported mid-stream; the message says how
+
 Types used on the wire:
 
     400 invalid_request_error   401 authentication_error   403 permission_error
@@ -56,6 +72,40 @@ class APIError(Exception):
 
     def __repr__(self) -> str:
         return f"APIError({self.status}, {self.code or self.type!s}, param={self.param!r})"
+
+
+class UpstreamError(Exception):
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(f"{provider}: {message}" if provider else message)
+        self.provider = provider
+
+
+class UpstreamStatusError(UpstreamError):
+    def __init__(self, provider: str, status: int, body: bytes, retry_after: str | None) -> None:
+        super().__init__(provider, f"upstream answered {status}")
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class UpstreamUnavailable(UpstreamError):
+    pass
+
+
+class UpstreamTimeout(UpstreamError):
+    pass
+
+
+class UpstreamMalformed(UpstreamError):
+    """Raised by parsers as `UpstreamMalformed(message)`; the upstream client adds the
+    provider (`named`)."""
+
+    def __init__(self, message: str, provider: str = "") -> None:
+        super().__init__(provider, message)
+        self.detail = message
+
+    def named(self, provider: str) -> UpstreamMalformed:
+        return self if self.provider else UpstreamMalformed(self.detail, provider)
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> APIError:

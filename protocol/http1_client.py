@@ -12,7 +12,7 @@ what the gateway never asked for or cannot bound: a Transfer-Encoding other than
 version other than 1.0/1.1, a status outside 100–599, 101, more than `MAX_INTERIM` 1xx responses,
 a head (interim heads included) over `MAX_HEAD` bytes or `MAX_HEADERS` fields, and more than
 `MAX_HEAD` bytes in a row without body data (an endless chunk-size line, extension or trailer).
-Every refusal is a `BadResponse`; the cost of parsing stays linear in the bytes fed.
+Every refusal is a `UpstreamMalformed`; the cost of parsing stays linear in the bytes fed.
 
 Bytes after the end of the response mean the peer is out of step: llhttp starts a next message
 on them, which stops the parser and marks the response `excess`, not reusable (CR/LF between
@@ -25,14 +25,12 @@ from __future__ import annotations
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
+from protocol.errors import UpstreamMalformed
+
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 100
 MAX_INTERIM = 10
 _VERSIONS = ("1.1", "1.0")
-
-
-class BadResponse(Exception):
-    """The response broke HTTP/1.1 framing or one of the limits above."""
 
 
 def format_request(method: str, target: str, authority: str, headers: bytes, body: bytes) -> bytes:
@@ -134,7 +132,7 @@ class ResponseParser:
 
     def feed(self, data: bytes) -> bytes:
         """Parse `data`; return the body bytes in it (chunked framing removed). Raises
-        BadResponse; bytes after the end of the response set `excess` instead."""
+        UpstreamMalformed; bytes after the end of the response set `excess` instead."""
         if self.done:
             if data:
                 self.excess = True
@@ -145,24 +143,24 @@ class ResponseParser:
         try:
             self._parser.feed_data(data)
         except HttpParserUpgrade:
-            raise BadResponse("101 Switching Protocols (no upgrade was asked for)") from None
+            raise UpstreamMalformed("101 Switching Protocols (no upgrade was asked for)") from None
         except HttpParserError as exc:
             if self.done:  # _Excess, or llhttp refusing data after `Connection: close`
                 self.excess = True
-            elif isinstance(exc.__context__, BadResponse):  # raised by a callback below
+            elif isinstance(exc.__context__, UpstreamMalformed):  # raised by a callback below
                 raise exc.__context__ from None
             else:
-                raise BadResponse(str(exc)) from None
+                raise UpstreamMalformed(str(exc)) from None
         body = self._body
         if self.head is None:
             if self._seen > MAX_HEAD:  # after feeding: the head may end within `data`
-                raise BadResponse(f"response head over {MAX_HEAD} bytes")
+                raise UpstreamMalformed(f"response head over {MAX_HEAD} bytes")
             return b""
         if not body:
             if not (self.done or in_head):
                 self._stalled += len(data)
                 if self._stalled > MAX_HEAD:
-                    raise BadResponse(f"{self._stalled} bytes without body data")
+                    raise UpstreamMalformed(f"{self._stalled} bytes without body data")
             return b""
         self._stalled = 0
         self._body = []
@@ -176,7 +174,7 @@ class ResponseParser:
             self.done = True
             return
         where = "head" if self.head is None else "body"
-        raise BadResponse(f"connection closed before the end of the response {where}")
+        raise UpstreamMalformed(f"connection closed before the end of the response {where}")
 
     # llhttp's callbacks (called from within `feed_data`)
 
@@ -192,12 +190,12 @@ class ResponseParser:
         fields.append(name)
         fields.append(value)
         if len(fields) > 2 * MAX_HEADERS:
-            raise BadResponse(f"more than {MAX_HEADERS} header fields")
+            raise UpstreamMalformed(f"more than {MAX_HEADERS} header fields")
         if len(name) == 17 or len(name) == 14:  # Transfer-Encoding, Content-Length
             lowered = name.lower()
             if lowered == b"transfer-encoding":
                 if self._encoding is not None or value.strip().lower() != b"chunked":
-                    raise BadResponse(f"Transfer-Encoding {value!r} (only chunked is read)")
+                    raise UpstreamMalformed(f"Transfer-Encoding {value!r} (only chunked is read)")
                 self._encoding = value
             elif lowered == b"content-length":
                 self._length = int(value)  # llhttp refuses a bad or second Content-Length
@@ -208,14 +206,14 @@ class ResponseParser:
         if status < 200:
             self._interim += 1
             if self._interim > MAX_INTERIM:
-                raise BadResponse(f"more than {MAX_INTERIM} interim responses")
+                raise UpstreamMalformed(f"more than {MAX_INTERIM} interim responses")
             if status == 101 or status < 100:  # never asked to upgrade; 0xx is no status
-                raise BadResponse(f"status {status}")
+                raise UpstreamMalformed(f"status {status}")
             return
         if status > 599:
-            raise BadResponse(f"status {status}")
+            raise UpstreamMalformed(f"status {status}")
         if parser.get_http_version() not in _VERSIONS:
-            raise BadResponse(f"HTTP version {parser.get_http_version()}")
+            raise UpstreamMalformed(f"HTTP version {parser.get_http_version()}")
         length = self._length
         self._until_close = not (self._encoding or length is not None or status in (204, 304))
         self.head = ResponseHead(status, self._fields, parser.should_keep_alive(), length)

@@ -5,7 +5,7 @@ rewrite re-joins the top level of the original body around the one changed value
 keeps every other value byte-identical). `ChunkRelay` normalizes an upstream stream to the API's
 chunk rules. No I/O here.
 
-Errors: `APIError` (400) for a client's bad body; `UpstreamProtocolError` when an upstream sends
+Errors: `APIError` (400) for a client's bad body; `UpstreamMalformed` when an upstream sends
 something that is not the protocol (non-JSON, wrong shape, an error object mid-stream).
 """
 
@@ -17,16 +17,12 @@ from typing import Annotated, Any
 import msgspec
 
 from protocol.decoding import decode_field, decode_json, field_decoders
-from protocol.errors import ErrorBody, ErrorDetail, invalid_request
+from protocol.errors import ErrorBody, ErrorDetail, UpstreamMalformed, invalid_request
 from protocol.ids import random_id_chars
 from protocol.sse import DONE, data_event
 from protocol.usage import Usage, usage_from_object
 
 CHUNK_OBJECT = "chat.completion.chunk"
-
-
-class UpstreamProtocolError(Exception):
-    """The upstream broke the protocol or reported an error mid-response; the message says how."""
 
 
 class StreamOptions(msgspec.Struct):
@@ -138,13 +134,13 @@ def _rewrite(fields: dict[str, msgspec.Raw], *, model: str, force_include_usage:
 
 def rewrite_model_in_object(body: bytes, model: str) -> tuple[bytes, Usage | None]:
     """A non-streamed upstream response (`chat.completion`, embeddings list) with its `model`
-    replaced, and its `usage`. Raises `UpstreamProtocolError` when it is not a JSON object."""
+    replaced, and its `usage`. Raises `UpstreamMalformed` when it is not a JSON object."""
     try:
         fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
         usage_raw = fields.get("usage")
         usage_value = None if usage_raw is None else msgspec.json.decode(usage_raw)
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
-        raise UpstreamProtocolError("upstream response is not a JSON object") from None
+        raise UpstreamMalformed("upstream response is not a JSON object") from None
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
     usage = None if usage_value is None else usage_from_object(usage_value)
     return msgspec.json.encode(fields), usage
@@ -230,19 +226,19 @@ class ChunkRelay:
         try:
             chunk = _decode_chunk(data)
         except (msgspec.DecodeError, RecursionError):  # RecursionError: nested thousands deep
-            raise UpstreamProtocolError("upstream sent a non-JSON stream event") from None
+            raise UpstreamMalformed("upstream sent a non-JSON stream event") from None
         if type(chunk) is not dict:
-            raise UpstreamProtocolError("upstream sent a stream event that is not an object")
+            raise UpstreamMalformed("upstream sent a stream event that is not an object")
         usage = chunk.pop("usage", None)  # OpenAI sends `"usage": null` on every chunk
         if usage is not None:
             self.usage = usage_from_object(usage) or self.usage
         choices = chunk.get("choices")
         if type(choices) is not list or not choices:
             if choices is not None and choices != []:
-                raise UpstreamProtocolError("upstream chunk `choices` is not an array")
+                raise UpstreamMalformed("upstream chunk `choices` is not an array")
             error = chunk.get("error")
             if error is not None:
-                raise UpstreamProtocolError(_error_text(error))
+                raise UpstreamMalformed(_error_text(error))
             return []  # a usage chunk, or an empty one (Azure's prompt_filter_results)
         if self.id is None:
             self._start(chunk.get("id"), chunk.get("created"))
@@ -271,13 +267,13 @@ class ChunkRelay:
 
     def _normalize_choice(self, choice: Any) -> None:
         if type(choice) is not dict:
-            raise UpstreamProtocolError("upstream chunk choice is not an object")
+            raise UpstreamMalformed("upstream chunk choice is not an object")
         delta = choice.get("delta")
         if type(delta) is not dict:
             delta = choice["delta"] = {}
         index = choice.get("index", 0)
         if type(index) is not int:
-            raise UpstreamProtocolError("upstream chunk choice `index` is not an integer")
+            raise UpstreamMalformed("upstream chunk choice `index` is not an integer")
         if index in self._roles:
             delta.pop("role", None)
         else:

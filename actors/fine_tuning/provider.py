@@ -1,7 +1,7 @@
 """A provider's OpenAI-compatible fine-tuning API: upload a training file (multipart, streamed
 from our encrypted store without holding it), create, read and cancel a job. Errors are the
 upstream client's (actors/upstream.py); an answer that is not the expected object raises
-ProviderJobInvalid."""
+UpstreamMalformed."""
 
 from __future__ import annotations
 

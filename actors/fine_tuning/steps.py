@@ -23,10 +23,10 @@ import msgspec
 
 from actors.fine_tuning.provider import FineTuningAPI
 from actors.fine_tuning.settings import FineTuningConfig
-from actors.upstream import UpstreamError, Upstreams, UpstreamStatusError
+from actors.upstream import Upstreams
 from actors.webhooks.clock import WallClock
 from protocol.blobcrypt import BlobCorrupt
-from protocol.errors import APIError
+from protocol.errors import APIError, UpstreamError, UpstreamStatusError
 from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
 from protocol.fine_tuning.provider import (
     ACTIVE,
@@ -38,7 +38,6 @@ from protocol.fine_tuning.provider import (
     TERMINAL,
     VALIDATING_FILES,
     ProviderJob,
-    ProviderJobInvalid,
 )
 from protocol.fine_tuning.rules import fine_tuned_model_name, training_charge
 from services.files import FileStore
@@ -188,7 +187,7 @@ class JobSteps:
                 return None
             await self._fail(job, provider_error(exc))
             return None
-        except (UpstreamError, ProviderJobInvalid) as exc:
+        except UpstreamError as exc:
             log.warning("job %s: provider call failed (%s); retrying", job.id, exc)
             return backoff.next()
 
@@ -369,7 +368,7 @@ class JobSteps:
                 if _retryable(exc):
                     return backoff.next()
                 # 4xx: already over, or gone, at the provider: nothing left to cancel
-            except (UpstreamError, ProviderJobInvalid):
+            except UpstreamError:
                 return backoff.next()
         await self._d.repo.provider_cancelled(job.id, self._owner)
         return None

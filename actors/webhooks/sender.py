@@ -36,12 +36,12 @@ import trio
 from actors.http1_connection import (
     Connection,
     ConnectionBroken,
-    InvalidResponse,
     PoolError,
     Response,
     Stale,
     secure,
 )
+from protocol.errors import UpstreamMalformed
 from protocol.http1_client import format_request
 from protocol.netguard import Network, inside, parse_address, refusal
 
@@ -311,7 +311,7 @@ async def _read_head(conn: Connection) -> Response:
                 "invalid response: connection closed before the end of the response head"
             ) from None
         raise _Failed("connection broken while reading the response") from None
-    except InvalidResponse as exc:
+    except UpstreamMalformed as exc:
         raise _Failed(f"invalid response: {exc}") from None
 
 
@@ -323,7 +323,7 @@ async def _read_body(response: Response, parts: list[bytes]) -> None:
         while size < BODY_LIMIT and (chunk := await response.next_chunk()):
             parts.append(chunk)
             size += len(chunk)
-    except PoolError:
+    except (PoolError, UpstreamMalformed):
         pass
 
 

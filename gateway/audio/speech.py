@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import trio
 
-from actors.upstream import UpstreamClient, UpstreamError, mapped_errors
+from actors.upstream import UpstreamClient, mapped_errors
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
@@ -15,6 +15,7 @@ from gateway.inference.sse_response import cancel_on_disconnect
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol.audio.speech import check_voice, parse_speech, upstream_body
+from protocol.errors import UpstreamError
 
 
 class Speech:

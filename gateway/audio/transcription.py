@@ -18,7 +18,7 @@ from decimal import Decimal
 
 import msgspec
 
-from actors.upstream import UpstreamError, mapped_errors
+from actors.upstream import mapped_errors
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
@@ -37,7 +37,7 @@ from protocol.audio.transcription import (
     file_too_large,
     reserved_minutes,
 )
-from protocol.errors import APIError, invalid_request
+from protocol.errors import APIError, UpstreamError, invalid_request
 from protocol.multipart_form import FormEncoder
 
 # What one form may hold: the file, the seven documented fields, and a few an SDK may add.

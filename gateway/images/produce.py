@@ -12,15 +12,14 @@ from decimal import Decimal
 
 import msgspec
 
-from actors.upstream import UpstreamError, UpstreamStatusError
 from gateway.images.urls import base_url, image_url
 from gateway.inference.admission import reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import upstream_failure
-from protocol.errors import APIError
+from protocol.errors import APIError, UpstreamError, UpstreamMalformed, UpstreamStatusError
 from protocol.images.generation import ImageData, ImageResult
-from protocol.images.result import BadImageResult, content_policy_refusal, parse_result
+from protocol.images.result import content_policy_refusal, parse_result
 from protocol.timefmt import now_us
 from services.images import ImageStore
 
@@ -73,7 +72,7 @@ async def produce(call: Call, deps: ImagesDeps, provider: str, job: Job) -> None
             raise await upstream_failure(call, deps.inference, exc) from None
         try:
             images = parse_result(body, most=job.n)
-        except BadImageResult as exc:
+        except UpstreamMalformed as exc:
             log.warning("provider %s: unusable image result: %s", provider, exc)
             raise bad_response(provider) from None
         now = now_us()

@@ -5,7 +5,7 @@ translated both ways."""
 
 from __future__ import annotations
 
-from actors.upstream import UpstreamClient, UpstreamError
+from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
 from gateway.inference.admission import admit_model, reserve
@@ -19,6 +19,7 @@ from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol import anthropic
+from protocol.errors import UpstreamError
 from protocol.openai_chat import ChatRequest, ParsedChat, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage

@@ -4,23 +4,23 @@ and the stream's frames. Shared by chat completions and responses (which transla
 from __future__ import annotations
 
 from actors.relay import FrameSource, OpenAIFrames
-from actors.upstream import UpstreamBadResponse
 from gateway.inference.model_registry import ResolvedModel
 from protocol import anthropic
-from protocol.openai_chat import ChunkRelay, UpstreamProtocolError, rewrite_model_in_object
+from protocol.errors import UpstreamMalformed
+from protocol.openai_chat import ChunkRelay, rewrite_model_in_object
 from protocol.usage import Usage
 
 
 def chat_answer(content: bytes, model: ResolvedModel) -> tuple[bytes, Usage]:
     """The `chat.completion` body (reporting `model.id`) and its usage for the upstream's
-    answer; UpstreamBadResponse when it is valid HTTP but not a chat answer (a JSON array,
+    answer; UpstreamMalformed when it is valid HTTP but not a chat answer (a JSON array,
     not JSON, nested thousands deep), so callers map it as any other upstream failure."""
     try:
         if model.provider.kind == "anthropic":
             return anthropic.from_messages_response(content, model=model.id)
         out, usage = rewrite_model_in_object(content, model.id)
-    except UpstreamProtocolError as exc:
-        raise UpstreamBadResponse(model.provider.name, str(exc)) from None
+    except UpstreamMalformed as exc:
+        raise exc.named(model.provider.name) from None
     return out, usage or Usage()
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from actors.upstream import UpstreamBadResponse, UpstreamError
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol.decoding import decode_json
-from protocol.errors import invalid_request
-from protocol.openai_chat import UpstreamProtocolError, rewrite_model_in_object, rewrite_request
+from protocol.errors import UpstreamError, UpstreamMalformed, invalid_request
+from protocol.openai_chat import rewrite_model_in_object, rewrite_request
 from protocol.openai_schema import EmbeddingsRequest
 from protocol.usage import Usage
 
@@ -41,8 +40,8 @@ class Embeddings:
                 raise await upstream_failure(call, deps, exc) from None
             try:
                 out, usage = rewrite_model_in_object(content, model.id)
-            except UpstreamProtocolError as exc:  # valid HTTP, but not an embeddings list
-                bad = UpstreamBadResponse(model.provider.name, str(exc))
+            except UpstreamMalformed as exc:  # valid HTTP, but not an embeddings list
+                bad = exc.named(model.provider.name)
                 raise await upstream_failure(call, deps, bad) from None
             call.charge(usage or Usage(), price)
         finally:

@@ -15,14 +15,13 @@ from urllib.parse import quote
 
 import msgspec
 
-from actors.upstream import UpstreamError, UpstreamStatusError
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, model_not_found
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.provider_keys.gateway_key import require_gateway_key
 from gateway.web.request import Request
-from protocol.errors import APIError, forbidden
+from protocol.errors import APIError, UpstreamError, UpstreamStatusError, forbidden
 
 FT_PREFIX = "ft:"
 MAX_NAME_CHARS = 512

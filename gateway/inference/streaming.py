@@ -19,12 +19,13 @@ from actors.relay import (
     SHUTDOWN_TYPE,
     FrameSource,
 )
-from actors.upstream import UpstreamClient, UpstreamError
+from actors.upstream import UpstreamClient
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.context import RequestContext
+from protocol.errors import UpstreamError
 
 
 async def relay_to_client(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import trio
 
-from actors.upstream import UpstreamClient, UpstreamError, UpstreamStatusError, UpstreamTimeout
-from protocol.errors import APIError
+from actors.upstream import UpstreamClient
+from protocol.errors import APIError, UpstreamError, UpstreamStatusError, UpstreamTimeout
 from protocol.provider_keys import REJECTED_STATUSES, rejected_by_provider
 
 CHECK_TIMEOUT_S = 15.0

@@ -10,15 +10,15 @@ from decimal import Decimal
 import msgspec
 
 from actors.throttled_log import ThrottledWarning
-from actors.upstream import UpstreamBadResponse, UpstreamError
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import to_api_error, upstream_failure
+from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
+from protocol.errors import UpstreamError, UpstreamMalformed
 from protocol.ids import new_id
 from protocol.rerank import adapter_for
-from protocol.rerank.ranking import BadUpstreamAnswer, answer
+from protocol.rerank.ranking import answer
 from protocol.rerank.request import check_request, decode_request
 
 log = logging.getLogger("gateway.rerank")
@@ -52,10 +52,10 @@ class Rerank:
                 raise await upstream_failure(call, deps, exc) from None
             try:
                 upstream = adapter.parse_answer(content, pairs)
-            except BadUpstreamAnswer as exc:
-                failure = UpstreamBadResponse(model.provider.name, str(exc))
+            except UpstreamMalformed as exc:
+                failure = exc.named(model.provider.name)
                 bad_answer(failure)
-                raise to_api_error(failure) from None
+                raise failure from None  # the boundary answers it (gateway/web/errors.py)
             # The provider's own count when it gives one (Cohere may count less), never more
             # than was held: the hold is the most the client agreed to pay.
             units = pairs if upstream.search_units is None else min(upstream.search_units, pairs)

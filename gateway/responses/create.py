@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from actors.upstream import UpstreamBadResponse, UpstreamClient, UpstreamError
+from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
@@ -30,8 +30,7 @@ from gateway.responses.context import build_context
 from gateway.responses.deps import ResponsesDeps
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.errors import invalid_request
-from protocol.openai_chat import UpstreamProtocolError
+from protocol.errors import UpstreamError, UpstreamMalformed, invalid_request
 from protocol.pricing import estimate_tokens
 from protocol.responses.from_chat import response_from_chat
 from protocol.responses.native import NativeStream, native_request, native_response
@@ -144,8 +143,8 @@ class CreateResponse:
                     response = response_from_chat(
                         chat, skeleton, usage=usage, completed_at=completed_at
                     )
-            except UpstreamProtocolError as exc:  # not a chat completion or a response
-                raise UpstreamBadResponse(model.provider.name, str(exc)) from None
+            except UpstreamMalformed as exc:  # not a chat completion or a response
+                raise exc.named(model.provider.name) from None
         except UpstreamError as exc:
             raise await upstream_failure(call, self._deps.inference, exc) from None
         # Charged once translated: the upstream did the work whatever happens next.

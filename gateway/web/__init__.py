@@ -7,7 +7,7 @@ work lives in the modules beside it:
     app.py        WebApp: the ASGI app (route ▸ auth ▸ scopes ▸ handler ▸ errors), BodyLimits
     request.py    Request: params, query, headers, caller, body under the route's limit
     responses.py  Response, StreamResponse, json_response, send_json
-    errors.py     the one error mapping
+    errors.py     the one error mapping (`to_api_error`: every layer's exceptions)
     middleware.py request id, access log, metrics (outermost)
     context.py    RequestContext: per-request facts for the log
     openapi.py    /openapi.json from the operations

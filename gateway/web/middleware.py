@@ -76,9 +76,12 @@ class RequestMiddleware:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
+                await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                ctx.response_complete = True
-            await send(message)
+                await send(message)
+                ctx.response_complete = True  # written: a write that met a reset did not complete
+            else:
+                await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from protocol.errors import UpstreamMalformed
+
 QUEUED = "queued"
 VALIDATING_FILES = "validating_files"
 RUNNING = "running"
@@ -26,10 +28,6 @@ ACTIVE = (QUEUED, VALIDATING_FILES, RUNNING)
 _ALIASES = {"pending": QUEUED}
 # A provider's ids go into our request paths: only these characters are accepted.
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,256}")
-
-
-class ProviderJobInvalid(Exception):
-    """The provider's answer is not a fine-tuning job object."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +58,12 @@ def read_job(body: bytes) -> ProviderJob:
     try:
         obj = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise ProviderJobInvalid("not JSON") from exc
+        raise UpstreamMalformed("not JSON") from exc
     if not isinstance(obj, dict) or not _valid_id(obj.get("id")):
-        raise ProviderJobInvalid("no job id")
+        raise UpstreamMalformed("no job id")
     status = obj.get("status")
     if not isinstance(status, str):
-        raise ProviderJobInvalid("no status")
+        raise UpstreamMalformed("no status")
     raw_error = obj.get("error")
     error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
     tokens = obj.get("trained_tokens")
@@ -86,10 +84,10 @@ def find_job_for_file(body: bytes, training_file: str) -> ProviderJob | None:
     try:
         obj = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise ProviderJobInvalid("not JSON") from exc
+        raise UpstreamMalformed("not JSON") from exc
     data = obj.get("data") if isinstance(obj, dict) else None
     if not isinstance(data, list):
-        raise ProviderJobInvalid("not a list of jobs")
+        raise UpstreamMalformed("not a list of jobs")
     for item in data:
         if isinstance(item, dict) and item.get("training_file") == training_file:
             return read_job(msgspec.json.encode(item))
@@ -100,7 +98,7 @@ def read_file_id(body: bytes) -> str:
     try:
         obj = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise ProviderJobInvalid("not JSON") from exc
+        raise UpstreamMalformed("not JSON") from exc
     if not isinstance(obj, dict) or not _valid_id(obj.get("id")):
-        raise ProviderJobInvalid("no file id")
+        raise UpstreamMalformed("no file id")
     return str(obj["id"])

@@ -11,14 +11,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from protocol.errors import APIError, invalid_request
+from protocol.errors import APIError, UpstreamMalformed, invalid_request
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CONTENT_POLICY = "content_policy_violation"
-
-
-class BadImageResult(Exception):
-    """The provider's answer is not an image result the gateway can use (502)."""
 
 
 class _Item(msgspec.Struct):
@@ -48,25 +44,25 @@ class GeneratedImage:
 
 def parse_result(body: bytes, *, most: int) -> list[GeneratedImage]:
     """The images of an upstream answer, at most `most` (more than asked for are dropped:
-    never billed, never shown). BadImageResult for anything else than PNGs as b64_json."""
+    never billed, never shown). UpstreamMalformed for anything else than PNGs as b64_json."""
     try:
         result = msgspec.json.decode(body, type=_Result)
     except msgspec.DecodeError as exc:
-        raise BadImageResult(f"not an image result: {exc}") from None
+        raise UpstreamMalformed(f"not an image result: {exc}") from None
     images = []
     for item in result.data[:most]:
         if item.b64_json is None:
             what = "a url" if item.url is not None else "no image"
-            raise BadImageResult(f"an image came as {what}, not b64_json")
+            raise UpstreamMalformed(f"an image came as {what}, not b64_json")
         try:
             png = b64decode(item.b64_json, validate=True)
         except (binascii.Error, ValueError):
-            raise BadImageResult("b64_json is not valid base64") from None
+            raise UpstreamMalformed("b64_json is not valid base64") from None
         if not png.startswith(PNG_SIGNATURE):
-            raise BadImageResult("an image is not a PNG")
+            raise UpstreamMalformed("an image is not a PNG")
         images.append(GeneratedImage(png, item.revised_prompt))
     if not images:
-        raise BadImageResult("no images in the result")
+        raise UpstreamMalformed("no images in the result")
     return images
 
 

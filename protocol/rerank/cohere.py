@@ -10,7 +10,8 @@ from typing import Annotated
 
 import msgspec
 
-from protocol.rerank.ranking import BadUpstreamAnswer, Scored, UpstreamAnswer, checked
+from protocol.errors import UpstreamMalformed
+from protocol.rerank.ranking import Scored, UpstreamAnswer, checked
 from protocol.rerank.request import Ranking
 
 PATH = "rerank"
@@ -61,15 +62,15 @@ def request_body(ranking: Ranking, upstream_model: str) -> bytes:
 
 
 def parse_answer(body: bytes, documents: int) -> UpstreamAnswer:
-    """The checked scores and billed search units (fractions rounded up); BadUpstreamAnswer
+    """The checked scores and billed search units (fractions rounded up); UpstreamMalformed
     for anything else."""
     try:
         answer = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise BadUpstreamAnswer(f"not a Cohere rerank answer: {exc}") from None
+        raise UpstreamMalformed(f"not a Cohere rerank answer: {exc}") from None
     scores = checked([Scored(r.index, r.relevance_score) for r in answer.results], documents)
     billed = answer.meta.billed_units if answer.meta is not None else None
     units = billed.search_units if billed is not None else None
     if units is not None and not math.isfinite(units):
-        raise BadUpstreamAnswer("billed search units are not a finite number")
+        raise UpstreamMalformed("billed search units are not a finite number")
     return UpstreamAnswer(scores, None if units is None else math.ceil(units))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.rerank.ranking import BadUpstreamAnswer, Scored, UpstreamAnswer, checked
+from protocol.errors import UpstreamMalformed
+from protocol.rerank.ranking import Scored, UpstreamAnswer, checked
 from protocol.rerank.request import Ranking
 
 PATH = "rerank"
@@ -43,17 +44,17 @@ def request_body(ranking: Ranking, upstream_model: str) -> bytes:
 
 
 def parse_answer(body: bytes, documents: int) -> UpstreamAnswer:
-    """The checked scores; BadUpstreamAnswer for anything else (a result with neither
+    """The checked scores; UpstreamMalformed for anything else (a result with neither
     `relevance_score` nor `score` included)."""
     try:
         answer = _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise BadUpstreamAnswer(f"not a rerank answer: {exc}") from None
+        raise UpstreamMalformed(f"not a rerank answer: {exc}") from None
     results = answer if isinstance(answer, list) else answer.results
     scores = []
     for r in results:
         score = r.relevance_score if r.relevance_score is not None else r.score
         if score is None:
-            raise BadUpstreamAnswer(f"result {r.index} has no relevance_score")
+            raise UpstreamMalformed(f"result {r.index} has no relevance_score")
         scores.append(Scored(r.index, score))
     return UpstreamAnswer(checked(scores, documents))

@@ -3,7 +3,7 @@ through (indices in range and unique, scores finite, no more results than docume
 sort, `top_n` and the API's result shape. No I/O.
 
 Upstream answers are hostile until checked: a provider (or anything answering at its address)
-may send any bytes. An answer that fails a check is `BadUpstreamAnswer`, which the route maps to
+may send any bytes. An answer that fails a check is `UpstreamMalformed`, which the route maps to
 502 `upstream_bad_response`; nothing here trusts the upstream's order or its document texts.
 """
 
@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from protocol.errors import UpstreamMalformed
 from protocol.rerank.request import Ranking
-
-
-class BadUpstreamAnswer(Exception):
-    """The upstream's rerank answer is malformed (not JSON, wrong shape, bad index or score)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +70,18 @@ class RerankResponse(msgspec.Struct):
 
 def checked(scores: list[Scored], documents: int) -> list[Scored]:
     """`scores` once every index is a distinct position among `documents` and every score
-    finite; BadUpstreamAnswer otherwise. Fewer results than documents is fine (a provider may
+    finite; UpstreamMalformed otherwise. Fewer results than documents is fine (a provider may
     cut to `top_n` itself)."""
     if len(scores) > documents:
-        raise BadUpstreamAnswer(f"{len(scores)} results for {documents} documents")
+        raise UpstreamMalformed(f"{len(scores)} results for {documents} documents")
     seen: set[int] = set()
     for s in scores:
         if not 0 <= s.index < documents:
-            raise BadUpstreamAnswer(f"result index {s.index} out of range")
+            raise UpstreamMalformed(f"result index {s.index} out of range")
         if s.index in seen:
-            raise BadUpstreamAnswer(f"result index {s.index} repeated")
+            raise UpstreamMalformed(f"result index {s.index} repeated")
         if not math.isfinite(s.score):
-            raise BadUpstreamAnswer(f"result score {s.score!r} is not a finite number")
+            raise UpstreamMalformed(f"result score {s.score!r} is not a finite number")
         seen.add(s.index)
     return scores
 

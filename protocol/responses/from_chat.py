@@ -6,7 +6,7 @@ or `protocol.anthropic.from_messages_response`'s for Anthropic). Only its first 
 `refusal` becomes a `refusal` part); each tool call becomes a `function_call` item, in order,
 with the chat tool call id as `call_id`. Reasoning is not carried over (docs/responses.md).
 
-An answer that is not a chat completion raises `UpstreamShapeError` — never a KeyError or
+An answer that is not a chat completion raises `UpstreamMalformed` — never a KeyError or
 TypeError — which the caller answers as a 502.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.openai_chat import UpstreamProtocolError
+from protocol.errors import UpstreamMalformed
 from protocol.responses.objects import (
     ContentPart,
     FunctionCallItem,
@@ -32,10 +32,6 @@ from protocol.responses.objects import (
     usage_from_chat,
 )
 from protocol.usage import Usage, usage_from_object
-
-
-class UpstreamShapeError(UpstreamProtocolError, ValueError):
-    """The upstream's answer is not a usable chat completion; the message says why."""
 
 
 class _Function(msgspec.Struct):
@@ -89,22 +85,20 @@ def response_from_chat(
 
     `usage`, when given (what the caller billed), wins over the body's `usage`;
     `completed_at` (Unix seconds) is set on a completed response. Raises
-    `UpstreamShapeError` when `chat` is not a chat completion with at least one choice.
+    `UpstreamMalformed` when `chat` is not a chat completion with at least one choice.
     """
     try:
         completion = _decode(chat)
     except msgspec.DecodeError as exc:  # ValidationError included
-        raise UpstreamShapeError(f"upstream answer is not a chat completion: {exc}") from None
+        raise UpstreamMalformed(f"upstream answer is not a chat completion: {exc}") from None
     except UnicodeDecodeError:
-        raise UpstreamShapeError("upstream answer is not valid UTF-8") from None
+        raise UpstreamMalformed("upstream answer is not valid UTF-8") from None
     except RecursionError:  # an `Any` field (usage, error, content parts) nested too deep
-        raise UpstreamShapeError("upstream answer is nested too deeply") from None
+        raise UpstreamMalformed("upstream answer is nested too deeply") from None
     if completion.error is not None:
-        raise UpstreamShapeError(
-            f"upstream answered with an error: {_error_text(completion.error)}"
-        )
+        raise UpstreamMalformed(f"upstream answered with an error: {_error_text(completion.error)}")
     if not completion.choices:
-        raise UpstreamShapeError("upstream answer has no choices")
+        raise UpstreamMalformed("upstream answer has no choices")
     choice = min(completion.choices, key=lambda c: c.index)
     message = choice.message
     text = _text(message.content)

@@ -7,7 +7,7 @@ with a `previous_response_id`: the context goes in `input` (items as the gateway
 without their ids, which only the gateway knows; item types the gateway does not replay are
 left out). The answer keeps the provider's output items and usage; the response's identity
 (id, model, times, `previous_response_id`, `store`, `metadata`, the request's settings) is the
-gateway's skeleton. An answer that is not a response object raises `NativeShapeError` (a
+gateway's skeleton. An answer that is not a response object raises `UpstreamMalformed` (a
 ValueError: the caller answers 502, or the stream ends `response.failed`).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.openai_chat import UpstreamProtocolError
+from protocol.errors import UpstreamMalformed
 from protocol.responses.objects import ResponseObject, response_error
 from protocol.responses.request import ResponsesRequest
 from protocol.sse import DONE, SSEEvent
@@ -39,10 +39,6 @@ _IDENTITY = (
     "tools",
     "tool_choice",
 )
-
-
-class NativeShapeError(UpstreamProtocolError, ValueError):
-    """The provider's answer is not a Responses object or event."""
 
 
 class _Usage(msgspec.Struct):
@@ -88,9 +84,9 @@ def _answer(value: object) -> _Answer:
     try:
         answer = msgspec.convert(value, _Answer)
     except msgspec.ValidationError as exc:
-        raise NativeShapeError(f"upstream answer is not a response: {exc}") from None
+        raise UpstreamMalformed(f"upstream answer is not a response: {exc}") from None
     if not all(isinstance(item.get("type"), str) for item in answer.output):
-        raise NativeShapeError("upstream output item without a type")
+        raise UpstreamMalformed("upstream output item without a type")
     return answer
 
 
@@ -124,11 +120,11 @@ def native_response(
     body: bytes, skeleton: ResponseObject, *, completed_at: int | None
 ) -> tuple[dict[str, Any], Usage]:
     """The gateway's response (as JSON-able dict) and the usage to bill, from the provider's
-    response object; NativeShapeError if it is not one."""
+    response object; UpstreamMalformed if it is not one."""
     try:
         value = msgspec.json.decode(body)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        raise NativeShapeError("upstream answer is not JSON") from None
+        raise UpstreamMalformed("upstream answer is not JSON") from None
     answer = _answer(value)
     return _merge(skeleton, answer, completed_at), _usage(answer)
 
@@ -171,7 +167,7 @@ class NativeStream:
         if kind in _TERMINAL:
             try:
                 answer = _answer(embedded)
-            except NativeShapeError as exc:
+            except UpstreamMalformed as exc:
                 return self.fail(str(exc), code="")
             completed_at = int(self._clock())
             self.response = _merge(self._skeleton, answer, completed_at)

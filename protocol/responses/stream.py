@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.openai_chat import UpstreamProtocolError
+from protocol.errors import UpstreamMalformed
 from protocol.responses.objects import (
     ContentPart,
     FunctionCallItem,
@@ -187,7 +187,7 @@ class ResponseStream:
         out = self._start() if not self._started else []
         try:
             frames = self._inner.feed(event)
-        except UpstreamProtocolError as exc:
+        except UpstreamMalformed as exc:
             return out + self.fail(f"The upstream stream failed: {exc}", code="upstream_error")
         except (ValueError, RecursionError):  # a parser's error on hostile input (deep nesting)
             return out + self.fail(_MALFORMED, code="upstream_error")

@@ -1,5 +1,5 @@
 """The upstream client against a raw TCP upstream that misbehaves: every broken answer is an
-UpstreamBadResponse, UpstreamUnavailable or UpstreamTimeout (never another exception, a hang,
+UpstreamMalformed, UpstreamUnavailable or UpstreamTimeout (never another exception, a hang,
 or unbounded memory), and no byte of one response ever reaches another request."""
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from actors.upstream import (
-    UpstreamBadResponse,
-    UpstreamClient,
-    UpstreamError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
+from actors.upstream import UpstreamClient
 from bench.upstream import UpstreamServer, serve_upstream
+from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout, UpstreamUnavailable
 from tests.raw_upstream import (
     CLOSE,
     CORK,
@@ -79,7 +74,7 @@ def _endless(block: bytes) -> Lazy:
     return Lazy(lambda: repeated(block, 1 << 30))
 
 
-BAD = UpstreamBadResponse
+BAD = UpstreamMalformed
 GONE = UpstreamUnavailable
 CORPUS: dict[str, tuple[Reply, type[UpstreamError]]] = {
     "xchunked": ([H + b"Transfer-Encoding: xchunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"], BAD),
@@ -148,7 +143,7 @@ async def test_a_broken_answer_is_an_upstream_error(
 async def test_a_1xx_flood_fails_fast(client: UpstreamClient, raw: RawUpstream) -> None:
     raw.play([b"HTTP/1.1 100 Continue\r\n\r\n" * 100_000 + ok()])
     started = time.perf_counter()
-    with pytest.raises(UpstreamBadResponse, match="interim"):
+    with pytest.raises(UpstreamMalformed, match="interim"):
         await client.post_json("chat", b"{}")
     assert time.perf_counter() - started < 1.0
 

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from actors.upstream import UpstreamClient, UpstreamStatusError
+from actors.upstream import UpstreamClient
 from bench.upstream import UpstreamServer, serve_upstream
+from protocol.errors import UpstreamStatusError
 
 CHAT = b'{"model": "sim-small", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 MESSAGES = (

@@ -23,8 +23,8 @@ import pytest
 import trio
 
 from gateway.files.form import FORM_OVERHEAD_BYTES
+from gateway.server.asgi import ClientDisconnected
 from gateway.web import Operation, Request, Response, Routes, json_response
-from gateway.web.errors import ClientDisconnected
 from gateway.web.multipart import Form
 from gateway.web.spool import SpooledFile
 from tests.harness import Gateway, gateway_config, running_gateway

@@ -14,8 +14,7 @@ from protocol.anthropic import (
     to_messages_request,
     upstream_error_message,
 )
-from protocol.errors import APIError
-from protocol.openai_chat import UpstreamProtocolError
+from protocol.errors import APIError, UpstreamMalformed
 from protocol.sse import DONE, SSEDecoder, SSEEvent
 from protocol.usage import Usage
 
@@ -394,7 +393,7 @@ def test_a_tool_only_response_has_null_content() -> None:
 
 @pytest.mark.parametrize("body", [b"nope", b'{"id":"m"}', b'{"id":"m","content":"x"}'])
 def test_a_malformed_response_is_an_upstream_error(body: bytes) -> None:
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         from_messages_response(body, model=MODEL)
 
 
@@ -592,7 +591,7 @@ def test_an_error_event_raises_with_its_message() -> None:
     start = '{"type":"message_start","message":{"id":"msg_E","usage":{"input_tokens":4}}}'
     assert len(translator.feed(SSEEvent("message_start", start))) == 1
     error = '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
-    with pytest.raises(UpstreamProtocolError, match="^Overloaded$"):
+    with pytest.raises(UpstreamMalformed, match="^Overloaded$"):
         translator.feed(SSEEvent("error", error))
     assert not translator.finished and translator.usage == Usage(4, 0, 4)
 
@@ -600,9 +599,9 @@ def test_an_error_event_raises_with_its_message() -> None:
 def test_unknown_events_are_skipped_and_broken_ones_raise() -> None:
     translator = StreamTranslator(model=MODEL, include_usage=False)
     assert translator.feed(SSEEvent("future", '{"type":"future_event","x":1}')) == []
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         translator.feed(SSEEvent("content_block_delta", '{"type":"content_block_delta"}'))
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         translator.feed(SSEEvent(None, "not json"))
 
 
@@ -659,12 +658,12 @@ _DEEP = "[" * 100_000 + "]" * 100_000
 )
 def test_a_stream_event_nested_thousands_deep_is_a_protocol_error(data: str) -> None:
     translator = StreamTranslator(model=MODEL, include_usage=False)
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         translator.feed(SSEEvent(event="x", data=data))
 
 
 def test_a_message_nested_thousands_deep_or_not_utf8_is_a_protocol_error() -> None:
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         from_messages_response(
             ('{"content":[{"type":"text","text":' + _DEEP + "}]}").encode(), model=MODEL
         )
@@ -673,5 +672,5 @@ def test_a_message_nested_thousands_deep_or_not_utf8_is_a_protocol_error() -> No
         b'[{"type":"tool_use","id":"t","name":"n","input":{"a":"\xff"}}],'
         b'"stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}'
     )
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         from_messages_response(not_utf8, model=MODEL)

@@ -9,12 +9,11 @@ from decimal import Decimal
 import msgspec
 import pytest
 
-from protocol.errors import APIError
+from protocol.errors import APIError, UpstreamMalformed
 from protocol.files.jsonl import FAST_MIN_LINES
 from protocol.fine_tuning.api import JobCreate
 from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
 from protocol.fine_tuning.provider import (
-    ProviderJobInvalid,
     find_job_for_file,
     map_status,
     read_file_id,
@@ -155,10 +154,10 @@ def test_provider_jobs_read_into_spec_states() -> None:
     assert map_status("pending") == "queued"
     assert map_status("paused") == "running"  # unknown: still going, keep polling
     for bad in (b"[]", b"{", b'{"id":"a/b","status":"queued"}', b'{"id":"x"}', b'{"id":""}'):
-        with pytest.raises(ProviderJobInvalid):
+        with pytest.raises(UpstreamMalformed):
             read_job(bad)
     assert read_file_id(b'{"id":"file-abc"}') == "file-abc"
-    with pytest.raises(ProviderJobInvalid):
+    with pytest.raises(UpstreamMalformed):
         read_file_id(b'{"id":"../x?y"}')
 
 
@@ -172,5 +171,5 @@ def test_a_job_is_found_by_its_training_file_in_a_list() -> None:
     assert found is not None and (found.id, found.status) == ("ftjob-1", "succeeded")
     assert find_job_for_file(body, "file-c") is None
     for bad in (b"{}", b"[]", b"nope", b'{"data": {}}'):
-        with pytest.raises(ProviderJobInvalid):
+        with pytest.raises(UpstreamMalformed):
             find_job_for_file(bad, "file-a")

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from protocol.errors import UpstreamMalformed
 from protocol.http1_client import (
     MAX_HEAD,
     MAX_INTERIM,
-    BadResponse,
     ResponseParser,
     format_request,
 )
@@ -74,7 +74,7 @@ def test_close_delimited_body_ends_at_eof() -> None:
 )
 def test_eof_before_the_end_is_an_error(raw: bytes) -> None:
     parser, _ = _parse(raw, 1000)
-    with pytest.raises(BadResponse, match="closed before"):
+    with pytest.raises(UpstreamMalformed, match="closed before"):
         parser.feed_eof()
 
 
@@ -98,7 +98,7 @@ def test_eof_before_the_end_is_an_error(raw: bytes) -> None:
 )
 @pytest.mark.parametrize("step", [1, 1000])
 def test_malformed_responses_raise(raw: bytes, step: int) -> None:
-    with pytest.raises(BadResponse):
+    with pytest.raises(UpstreamMalformed):
         _parse(raw, step)
 
 
@@ -117,10 +117,10 @@ def test_bytes_after_the_response_make_it_not_reusable() -> None:
 def test_the_head_is_bounded() -> None:
     parser = ResponseParser()
     parser.feed(H + b"X: ")
-    with pytest.raises(BadResponse, match="head over"):
+    with pytest.raises(UpstreamMalformed, match="head over"):
         for _ in range(MAX_HEAD // 1000 + 2):
             parser.feed(b"a" * 1000)
-    with pytest.raises(BadResponse, match="header fields"):
+    with pytest.raises(UpstreamMalformed, match="header fields"):
         _parse(H + b"X: 1\r\n" * 101 + b"\r\n", 1000)
     big = H + b"X: " + b"a" * (MAX_HEAD - 100) + b"\r\nContent-Length: 2\r\n\r\n{}"
     assert _parse(big, 4096)[1] == b"{}"
@@ -129,7 +129,7 @@ def test_the_head_is_bounded() -> None:
 def test_an_endless_chunk_size_line_is_bounded() -> None:
     parser = ResponseParser()
     parser.feed(H + b"Transfer-Encoding: chunked\r\n\r\n1;")
-    with pytest.raises(BadResponse, match="without body data"):
+    with pytest.raises(UpstreamMalformed, match="without body data"):
         for _ in range(MAX_HEAD // 1000 + 2):
             parser.feed(b"x" * 1000)
 
@@ -138,6 +138,6 @@ def test_interim_responses_are_capped_in_linear_time() -> None:
     interim = b"HTTP/1.1 100 Continue\r\n\r\n"
     _parse(interim * MAX_INTERIM + H + b"Content-Length: 0\r\n\r\n", 1000)
     started = time.perf_counter()
-    with pytest.raises(BadResponse, match="interim"):
+    with pytest.raises(UpstreamMalformed, match="interim"):
         _parse(interim * 100_000, 65536)
     assert time.perf_counter() - started < 0.5

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from bench.upstream.image_routes import png
-from protocol.errors import APIError
+from protocol.errors import APIError, UpstreamMalformed
 from protocol.images.families import DIFFUSION, MULTI_IMAGE, SINGLE_IMAGE, family_of
 from protocol.images.form import FilePart, UpstreamForm
 from protocol.images.generation import (
@@ -21,7 +21,7 @@ from protocol.images.generation import (
 )
 from protocol.images.png import check_png
 from protocol.images.pricing import image_unit_price
-from protocol.images.result import BadImageResult, content_policy_refusal, parse_result
+from protocol.images.result import content_policy_refusal, parse_result
 
 
 @pytest.mark.parametrize(
@@ -138,7 +138,7 @@ def test_result_is_read_strictly() -> None:
         _result({"b64_json": "***"}),
         _result({"b64_json": base64.b64encode(b"GIF89a").decode()}),
     ):
-        with pytest.raises(BadImageResult):
+        with pytest.raises(UpstreamMalformed):
             parse_result(bad, most=2)
 
 

@@ -8,10 +8,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from protocol.errors import APIError
+from protocol.errors import APIError, UpstreamMalformed
 from protocol.openai_chat import (
     ChunkRelay,
-    UpstreamProtocolError,
     error_frame,
     parse_chat_request,
     rewrite_model_in_object,
@@ -190,7 +189,7 @@ def test_rewrite_model_in_an_embeddings_list() -> None:
 
 @pytest.mark.parametrize("body", [b"<html>", b"[1,2]", b""])
 def test_rewrite_model_rejects_a_broken_upstream_body(body: bytes) -> None:
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         rewrite_model_in_object(body, "m")
 
 
@@ -365,13 +364,13 @@ def test_relay_sends_a_usage_estimate_set_by_the_caller() -> None:
     ["not json", "[1]", '{"choices":{}}', '{"choices":["x"]}', '{"choices":[{"index":"0"}]}'],
 )
 def test_relay_rejects_protocol_violations(payload: str) -> None:
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         ChunkRelay(model=MODEL, include_usage=False).feed(payload)
 
 
 def test_relay_raises_an_upstream_error_object() -> None:
     relay = ChunkRelay(model=MODEL, include_usage=False)
-    with pytest.raises(UpstreamProtocolError, match="Rate limit reached"):
+    with pytest.raises(UpstreamMalformed, match="Rate limit reached"):
         relay.feed('{"error":{"message":"Rate limit reached","code":429}}')
 
 
@@ -388,10 +387,10 @@ _DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.mark.parametrize("field", ["choices", "usage"])
 def test_an_upstream_object_nested_thousands_deep_is_a_protocol_error(field: str) -> None:
     body = f'{{"model":"x","{field}":{_DEEP}}}'.encode()
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         rewrite_model_in_object(body, "m")
 
 
 def test_a_chunk_nested_thousands_deep_is_a_protocol_error() -> None:
-    with pytest.raises(UpstreamProtocolError):
+    with pytest.raises(UpstreamMalformed):
         ChunkRelay(model="m", include_usage=False).feed('{"choices":' + _DEEP + "}")

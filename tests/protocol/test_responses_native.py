@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from protocol.errors import UpstreamMalformed
 from protocol.responses.native import (
-    NativeShapeError,
     NativeStream,
     native_request,
     native_response,
@@ -86,7 +86,7 @@ def test_an_answer_keeps_the_output_and_takes_the_gateways_identity() -> None:
     ],
 )
 def test_hostile_answers_raise_the_shape_error(body: bytes) -> None:
-    with pytest.raises(NativeShapeError):
+    with pytest.raises(UpstreamMalformed):
         native_response(body, SKELETON, completed_at=None)
 
 

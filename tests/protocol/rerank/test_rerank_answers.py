@@ -1,5 +1,5 @@
 """Upstream rerank answers read by the two adapters and turned into our result, without I/O:
-hostile answers are BadUpstreamAnswer, sorting and clamping are ours."""
+hostile answers are UpstreamMalformed, sorting and clamping are ours."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import msgspec
 import pytest
 
+from protocol.errors import UpstreamMalformed
 from protocol.rerank import adapter_for, cohere, openai_compat
-from protocol.rerank.ranking import BadUpstreamAnswer, Scored, answer, checked
+from protocol.rerank.ranking import Scored, answer, checked
 from protocol.rerank.request import Ranking
 
 RANKING = Ranking("m", "q", ["d0", "d1", "d2"], 3, True, None)
@@ -52,7 +53,7 @@ def test_cohere_billed_units_are_read_and_rounded_up() -> None:
     parsed = cohere.parse_answer(encode(body), 3)
     assert parsed.search_units == 2 and parsed.scores == [Scored(1, 0.5)]
     body["meta"] = {"billed_units": {"search_units": -1}}
-    with pytest.raises(BadUpstreamAnswer):
+    with pytest.raises(UpstreamMalformed):
         cohere.parse_answer(encode(body), 3)
 
 
@@ -86,16 +87,16 @@ def test_openai_compatible_shapes(body: object) -> None:
 )
 @pytest.mark.parametrize("parse", [cohere.parse_answer, openai_compat.parse_answer])
 def test_hostile_answers(raw: bytes, parse: object) -> None:
-    with pytest.raises(BadUpstreamAnswer):
+    with pytest.raises(UpstreamMalformed):
         parse(raw, 3)  # type: ignore[operator]
 
 
 def test_checked_refuses_non_finite_scores_and_too_many_results() -> None:
-    with pytest.raises(BadUpstreamAnswer):
+    with pytest.raises(UpstreamMalformed):
         checked([Scored(0, math.nan)], 3)
-    with pytest.raises(BadUpstreamAnswer):
+    with pytest.raises(UpstreamMalformed):
         checked([Scored(0, math.inf)], 3)
-    with pytest.raises(BadUpstreamAnswer):
+    with pytest.raises(UpstreamMalformed):
         checked([Scored(0, 0.1), Scored(1, 0.1)], 1)
     assert checked([Scored(2, 0.3)], 3) == [Scored(2, 0.3)]
 
