@@ -29,7 +29,9 @@ class RestartPolicy:
 
     ``max_restarts`` bounds *consecutive* restarts: a run lasting ``reset_after`` or longer
     resets both the backoff and that count, so a long-lived actor that crashes once a day is not
-    eventually given up on. ``ActorSnapshot.restarts`` is the lifetime total.
+    eventually given up on. ``temporary`` children (a stream's relay) are never restarted: a
+    crash ends them like a return, after logging it. ``ActorSnapshot.restarts`` is the lifetime
+    total.
     """
 
     initial_backoff: float = 0.1
@@ -37,6 +39,7 @@ class RestartPolicy:
     multiplier: float = 2.0
     reset_after: float = 60.0
     max_restarts: int | None = None
+    temporary: bool = False
 
 
 # A module constant rather than a call in the signature (ruff B008); the policy is immutable.
@@ -256,7 +259,7 @@ class Supervisor(Actor):
         actor = child.actor
         return ActorSnapshot(
             name=child.name,
-            kind=type(actor).__name__,
+            kind=getattr(actor, "kind", type(actor).__name__),
             state=child.state,
             restarts=child.restarts,
             inbox_depth=actor.inbox_depth(),
@@ -301,6 +304,9 @@ class Supervisor(Actor):
                 return  # returned normally: the actor retired
             outer = None
             child.last_error = error
+            if policy.temporary:
+                _log.warning("actor %s crashed (%s); not restarted (temporary)", child.name, error)
+                return
             if trio.current_time() - began >= policy.reset_after:
                 backoff = policy.initial_backoff
                 consecutive = 0
