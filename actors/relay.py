@@ -1,16 +1,19 @@
-"""Stream relays: one per streamed request, opening the upstream stream, reading its SSE body,
-translating it into the client's `chat.completion.chunk` frames, and handing them over a
-bounded channel (the frames of one upstream read travel together).
+"""Stream relays: one task per streamed request (`StreamRelay`, a temporary child of the
+`stream-relays` supervisor), opening the upstream stream, reading its SSE body, translating it
+into the client's `chat.completion.chunk` frames, and handing them over a bounded channel (the
+frames of one upstream read travel together: one message, one task switch per read).
 
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
 ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
-Cancelling the relay (the client left) stops it at once; the caller then closes the upstream
-response. `StreamRelays.cut()` (the graceful drain is running out, gateway/server/serve.py)
-ends every stream still relaying the way a broken one ends, with the code
-`server_shutting_down`, so its client gets a whole response rather than a cut connection.
-"""
+The request leaving its stream (`StreamRelays.open`'s block: the client left, or the end was
+written) cancels the relay's scope, which closes the upstream response at once. A relay is
+never restarted (a broken stream cannot resume); one that crashes closes its channel, so its
+client's stream ends, and is not a failure of the instance. `StreamRelays.cut()` (the
+graceful drain is running out, gateway/server/serve.py) ends every stream still relaying the
+way a broken one ends, with the code `server_shutting_down`, so its client gets a whole
+response rather than a cut connection."""
 
 from __future__ import annotations
 
