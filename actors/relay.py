@@ -236,10 +236,9 @@ class StreamRelay(Actor):
         stats = self.relays.stats
         try:
             with self.scope:
-                async with (
-                    self.out,
-                    self.client.stream(self.path, self.body, api_key=self.api_key) as response,
-                ):
+                async with self.client.stream(
+                    self.path, self.body, api_key=self.api_key
+                ) as response:
                     task_status.started()
                     stats.active += 1
                     try:
@@ -250,6 +249,9 @@ class StreamRelay(Actor):
                     finally:
                         stats.active -= 1
         finally:
+            # Closed without a checkpoint, so that the request's reader, when it sees the
+            # channel end, finds the relay ended too (no cancel, no wait: the common case).
+            self.out.close()
             self.ended.set()
 
     async def _run(self, response: Response) -> None:
