@@ -1,20 +1,24 @@
-"""Stream relays: one per streamed request, opening the upstream stream, reading its SSE body,
-translating it into the client's `chat.completion.chunk` frames, and handing them over a
-bounded channel (the frames of one upstream read travel together).
+"""Stream relays: one task per streamed request (`StreamRelay`, a temporary child of the
+`stream-relays` supervisor), opening the upstream stream, reading its SSE body, translating it
+into the client's `chat.completion.chunk` frames, and handing them over a bounded channel (the
+frames of one upstream read travel together: one message, one task switch per read).
 
 Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
 upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
 ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
-Cancelling the relay (the client left) stops it at once; the caller then closes the upstream
-response. `StreamRelays.cut()` (the graceful drain is running out, gateway/server/serve.py)
-ends every stream still relaying the way a broken one ends, with the code
-`server_shutting_down`, so its client gets a whole response rather than a cut connection.
-"""
+The request leaving its stream (`StreamRelays.open`'s block: the client left, or the end was
+written) cancels the relay's scope, which closes the upstream response at once. A relay is
+never restarted (a broken stream cannot resume); one that crashes closes its channel, so its
+client's stream ends, and is not a failure of the instance. `StreamRelays.cut()` (the
+graceful drain is running out, gateway/server/serve.py) ends every stream still relaying the
+way a broken one ends, with the code `server_shutting_down`, so its client gets a whole
+response rather than a cut connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -22,6 +26,7 @@ import trio
 
 from actors.base import Actor
 from actors.http1_pool import Response
+from actors.supervisor import RestartPolicy, Supervisor
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
 from protocol.openai_chat import ChunkRelay, error_frame
@@ -91,18 +96,19 @@ class RelayStats:
     frames: int = 0
 
 
-class StreamRelays(Actor):
-    """The home of every stream relay of this instance: counts them for the actor tree.
-    Relays run in their request's own task group (their lifetime is the request's): the relay
-    task starts before the upstream call, so the body is relayed as soon as it arrives."""
-
-    kind = "stream_relay"
+class StreamRelays:
+    """The registry of this instance's stream relays (a plain object): counts them, cuts them
+    at shutdown, and opens each as a temporary child of its supervisor `stream-relays` (the
+    actor, started by the runtime): one task per live stream, shown in `/v1/admin/actors` as
+    kind `stream_relay` with its bytes, chunks and age, never restarted (a broken stream
+    cannot resume) and never counted as a failure of the instance."""
 
     def __init__(self) -> None:
-        self.name = "stream-relays"
+        self.supervisor = _RelaySupervisor(self)
         self.stats = RelayStats()
         self._reading: set[trio.CancelScope] = set()
         self._cutting = False
+        self._numbered = 0
 
     def cut(self) -> None:
         """End every stream still relaying, and any that starts from now on, with an error
@@ -122,58 +128,147 @@ class StreamRelays(Actor):
             "frames": s.frames,
         }
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        await trio.sleep_forever()
-
-    async def relay(
+    @asynccontextmanager
+    async def open(
         self,
         client: UpstreamClient,
         path: str,
         body: bytes,
         frames: FrameSource,
-        out: trio.MemorySendChannel[bytes],
         *,
         api_key: str | None = None,
         on_cut: Callable[[], None] | None = None,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Open the upstream stream, report `started()` once its head arrived (2xx), then relay
-        it to its end and close `out`. Before `started()`, upstream failures are raised (the
-        caller answers them as JSON errors); after it, they end the stream with an error frame
-        and `[DONE]`. The relay owns the upstream response: leaving, or being cancelled (the
-        client left), closes it at once. `api_key`: the org's own key (bring-your-own-key).
-        `on_cut` is called when `cut()` ended the stream."""
-        stats = self.stats
-        async with out, client.stream(path, body, api_key=api_key) as response:
-            task_status.started()
-            stats.active += 1
-            try:
-                await self._run(client.name, response, frames, out, on_cut)
-            except trio.Cancelled:
-                stats.cancelled += 1
-                raise
-            finally:
-                stats.active -= 1
+        model: str | None = None,
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[bytes]]:
+        """Start a relay of `path`'s stream under the supervisor and yield the channel of its
+        frames once the upstream's head arrived (2xx). Before that, upstream failures are
+        raised (the caller answers them as JSON errors), and cancelling the caller cancels the
+        relay. Leaving the block (the stream was written, or the client left) cancels the
+        relay if it still runs, which closes the upstream response, and waits for its end.
+        `api_key`: the org's own key (bring-your-own-key); `on_cut` is called when `cut()`
+        ended the stream; `model` labels the relay in the actor tree."""
+        self._numbered += 1
+        send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+        relay = StreamRelay(
+            f"stream-{self._numbered}", self, client, path, body, frames, send, api_key, on_cut
+        )
+        relay.model = model
+        try:
+            await self.supervisor.start(relay, policy=_TEMPORARY)
+        except BaseException:
+            receive.close()
+            raise
+        try:
+            yield receive
+        finally:
+            if not relay.ended.is_set():
+                relay.scope.cancel()
+                with trio.CancelScope(shield=True) as wait:
+                    wait.deadline = trio.current_time() + _END_WAIT_S
+                    await relay.ended.wait()
 
-    async def _run(
+
+_TEMPORARY = RestartPolicy(temporary=True)
+_END_WAIT_S = 5.0  # a cancelled relay closes its upstream connection at once
+
+
+class _RelaySupervisor(Supervisor):
+    """`stream-relays`: the supervisor of the live streams, with the relays' counts."""
+
+    kind = "supervisor"
+
+    def __init__(self, relays: StreamRelays) -> None:
+        super().__init__("stream-relays")
+        self._relays = relays
+
+    def statistics(self) -> dict[str, object]:
+        return {**super().statistics(), **self._relays.statistics()}
+
+
+class StreamRelay(Actor):
+    """One live stream: opens the upstream stream, reads its SSE body, translates it into the
+    client's frames and hands them over a bounded channel (the frames of one upstream read
+    travel together, one message per read)."""
+
+    kind = "stream_relay"
+
+    def __init__(
         self,
-        provider: str,
-        response: Response,
+        name: str,
+        relays: StreamRelays,
+        client: UpstreamClient,
+        path: str,
+        body: bytes,
         frames: FrameSource,
         out: trio.MemorySendChannel[bytes],
+        api_key: str | None,
         on_cut: Callable[[], None] | None,
     ) -> None:
-        stats = self.stats
+        self.name = name
+        self.relays = relays
+        self.client = client
+        self.path = path
+        self.body = body
+        self.frames = frames
+        self.out = out
+        self.api_key = api_key
+        self.on_cut = on_cut
+        self.model: str | None = None
+        self.bytes = 0
+        self.chunks = 0
+        self.began = trio.current_time()
+        self.scope = trio.CancelScope()  # cancelled when the request is done with the stream
+        self.ended = trio.Event()
+
+    def statistics(self) -> dict[str, object]:
+        return {
+            "bytes": self.bytes,
+            "chunks": self.chunks,
+            "age_s": round(trio.current_time() - self.began, 3),
+            "model": self.model,
+            "provider": self.client.name,
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Report `started()` once the upstream's head arrived (2xx), then relay the stream to
+        its end and close the channel. After `started()`, upstream failures end the stream
+        with an error frame and `[DONE]`. Being cancelled (the client left) closes the
+        upstream response at once."""
+        stats = self.relays.stats
+        try:
+            with self.scope:
+                async with self.client.stream(
+                    self.path, self.body, api_key=self.api_key
+                ) as response:
+                    task_status.started()
+                    stats.active += 1
+                    try:
+                        await self._run(response)
+                    except trio.Cancelled:
+                        stats.cancelled += 1
+                        raise
+                    finally:
+                        stats.active -= 1
+        finally:
+            # Closed without a checkpoint, so that the request's reader, when it sees the
+            # channel end, finds the relay ended too (no cancel, no wait: the common case).
+            self.out.close()
+            self.ended.set()
+
+    async def _run(self, response: Response) -> None:
+        relays = self.relays
+        stats = relays.stats
+        frames = self.frames
+        out = self.out
         decoder = SSEDecoder()
         batch: list[bytes] = []  # frames not yet handed over
         closing: list[bytes] = []
         with trio.CancelScope() as reading:
-            self._reading.add(reading)
-            if self._cutting:
+            relays._reading.add(reading)
+            if relays._cutting:
                 reading.cancel()
             try:
-                with mapped_errors(provider):
+                with mapped_errors(self.client.name):
                     while raw := await response.next_chunk():
                         # Everything one upstream read yields goes over as one item:
                         # one task switch and one client write per read, not per frame.
@@ -182,7 +277,10 @@ class StreamRelays(Actor):
                         if response.complete:
                             break  # the end rides with the last frames (one write)
                         if batch:
-                            await out.send(b"".join(batch))  # cancelled: not sent
+                            data = b"".join(batch)
+                            self.chunks += len(batch)
+                            self.bytes += len(data)
+                            await out.send(data)  # cancelled: not sent
                             batch = []
                 if not frames.finished:
                     raise UpstreamMalformed("the upstream stream ended early")
@@ -194,15 +292,18 @@ class StreamRelays(Actor):
             else:
                 stats.completed += 1
             finally:
-                self._reading.discard(reading)
+                relays._reading.discard(reading)
         if reading.cancelled_caught:
             stats.cut += 1
             shutdown = _broken(frames, SHUTDOWN_MESSAGE, SHUTDOWN_CODE, type=SHUTDOWN_TYPE)
             closing = [*batch, *shutdown]
-            if on_cut is not None:
-                on_cut()  # before the end leaves: the request is known as cut when it ends
+            if self.on_cut is not None:
+                self.on_cut()  # before the end leaves: the request is known as cut when it ends
         if closing:
-            await out.send(b"".join(closing))
+            data = b"".join(closing)
+            self.chunks += len(closing)
+            self.bytes += len(data)
+            await out.send(data)
 
 
 def _broken(

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import trio
 
-from actors.base import Actor
 from actors.http1_pool import (
     DEFAULT_KEEPALIVE_EXPIRY_S,
     ConnectFailed,
@@ -259,12 +258,11 @@ def _auth_headers(kind: str, api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class Upstreams(Actor):
-    """Owns every provider's client for the life of the instance; shows their numbers in the
-    actor tree. Clients are created before `started()` and closed when stopped."""
+class Upstreams:
+    """Every provider's client for the life of the instance (a plain async context manager,
+    not an actor: it runs no task). Leaving it closes their connections."""
 
     def __init__(self, clients: dict[str, UpstreamClient]) -> None:
-        self.name = "upstreams"
         self.clients = clients
 
     def get(self, provider: str) -> UpstreamClient:
@@ -283,12 +281,11 @@ class Upstreams(Actor):
             for name, c in self.clients.items()
         }
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True) as scope:
-                scope.deadline = trio.current_time() + 5
-                for client in self.clients.values():
-                    await client.aclose()
+    async def __aenter__(self) -> Upstreams:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + 5
+            for client in self.clients.values():
+                await client.aclose()

@@ -103,6 +103,7 @@ async def open_runtime(
         open_rate_limiter(config.redis_url, settings=config.actors["rate_limiter"]) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
         open_file_store(config, storage.files, master_key) as plain_files,
+        Upstreams({p.name: _client(p) for p in config.providers}) as upstreams,
         trio.open_nursery() as nursery,
     ):
         keyring = await unlock(storage.keyring, master_key)  # WrongMasterKey: a clear stop
@@ -133,7 +134,6 @@ async def open_runtime(
         await supervisor.start(
             CredentialEpochWatcher(storage.keys, credentials_changed, interval=cache_poll_interval)
         )
-        upstreams = Upstreams({p.name: _client(p) for p in config.providers})
         relays = StreamRelays()
         payments = open_processor(config.billing.payment_provider)
         accountant = Accountant(
@@ -178,8 +178,7 @@ async def open_runtime(
             )
         )
         for actor in (
-            upstreams,
-            relays,
+            relays.supervisor,  # one temporary child per live stream
             limiter,
             accountant,
             *([] if accountant.replenisher is None else [accountant.replenisher]),

@@ -47,27 +47,28 @@ async def relay_to_client(
     failure: UpstreamError | None = None
     async with trio.open_nursery() as streams:
         streams.start_soon(cancel_on_disconnect, http.receive, streams.cancel_scope)
-        send_ch, relayed = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+        opened = deps.relays.open(
+            client,
+            path,
+            upstream_body,
+            frames,
+            api_key=call.own_key,
+            on_cut=partial(_cut, call.ctx),
+            model=call.ctx.model,
+        )
         try:
-            await streams.start(
-                partial(deps.relays.relay, api_key=call.own_key, on_cut=partial(_cut, call.ctx)),
-                client,
-                path,
-                upstream_body,
-                frames,
-                send_ch,
-            )
-        except UpstreamError as exc:  # before any byte was sent: a JSON error
-            failure = exc
-            relayed.close()
-        else:
-            http.started = True
-            await start_sse(http.scope, http.send, http.headers)
-            if before_last is not None:
-                held_ch, relayed_held = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
-                streams.start_soon(_hold_last, relayed, held_ch, before_last)
-                relayed = relayed_held
-            await pump.run(relayed)
+            async with opened as relayed:
+                http.started = True
+                await start_sse(http.scope, http.send, http.headers)
+                if before_last is not None:
+                    held_ch, relayed_held = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+                    streams.start_soon(_hold_last, relayed, held_ch, before_last)
+                    relayed = relayed_held
+                await pump.run(relayed)
+        except UpstreamError as exc:
+            if http.started:
+                raise
+            failure = exc  # before any byte was sent: a JSON error
         streams.cancel_scope.cancel()
     if failure is not None:
         raise await upstream_failure(call, deps, failure) from None

@@ -175,6 +175,21 @@ async def test_exceeding_max_restarts_marks_the_actor_failed(
         assert root.all_running()
 
 
+async def test_a_temporary_child_that_crashes_is_logged_and_removed_not_restarted(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    actor = Scripted("relay-1", [1])
+    with caplog.at_level(logging.WARNING, logger="gateway.actors"):
+        async with running(Supervisor()) as root:
+            await root.start(actor, policy=RestartPolicy(temporary=True))
+            await trio.sleep(10)
+            assert len(actor.starts) == 1  # never run again
+            assert root.snapshot().children == () and root.failed() == []
+            assert root.all_running() and root.statistics()["restarts"] == 0
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "gateway.actors"]
+    assert "relay-1" in message and "not restarted" in message
+
+
 async def test_max_restarts_counts_consecutive_crashes(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
