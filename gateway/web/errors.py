@@ -9,6 +9,9 @@
                           upstream_unavailable, and for a status: 429 upstream_rate_limited,
                           400/404/413/422 upstream_<status>, 502 upstream_auth_failed or
                           upstream_error; logged as a warning
+    ActorBroken           503 actor_unavailable (server_error), Retry-After: 1; logged (an
+                          actor the request needed did not answer: crashed, restarting, or
+                          given up on)
     InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
                           inbox with overflow "reject" was full
     ClientDisconnected    nothing (there is no one to answer); the request is logged 499
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-from actors.errors import InboxFull
+from actors.errors import ActorBroken, InboxFull
 from gateway.server.asgi import ClientDisconnected, Send
 from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
@@ -156,6 +159,15 @@ def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
     if isinstance(exc, InboxFull):
         log.warning("actor overloaded on %s %s: %s", method, route, exc)
         return actor_overloaded(exc)
+    if isinstance(exc, ActorBroken):
+        log.error("actor unavailable on %s %s: %s", method, route, exc)
+        return APIError(
+            503,
+            "The service is temporarily unavailable (a part of it is restarting); retry shortly.",
+            type="server_error",
+            code="actor_unavailable",
+            headers={"Retry-After": "1"},
+        )
     log.error("unhandled error on %s %s", method, route, exc_info=exc)
     return server_error()
 

@@ -311,3 +311,19 @@ def test_the_servers_client_left_is_the_one_the_mapping_answers_with_nothing(
     group = ExceptionGroup("a handler's nursery", [ClientDisconnected()])
     assert to_api_error(group, "POST", "/v1/chat/completions") is None
     assert caplog.records == []
+
+
+def test_an_actor_that_did_not_answer_is_a_503_not_a_500(caplog: pytest.LogCaptureFixture) -> None:
+    """E.g. the accountant crashed or was given up on while a reservation waited for it."""
+    from actors.errors import ActorBroken
+    from gateway.web.errors import to_api_error
+
+    error = to_api_error(ActorBroken("the accountant did not answer"), "POST", "/v1/x")
+    assert error is not None
+    assert (error.status, error.code, error.headers) == (
+        503,
+        "actor_unavailable",
+        {"Retry-After": "1"},
+    )
+    assert "the accountant" not in error.message  # internals stay in the log
+    assert not [r for r in caplog.records if "unhandled" in r.getMessage()]
