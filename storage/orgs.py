@@ -181,12 +181,13 @@ class OrgRepository:
         lock = " FOR UPDATE" if self._db.dialect == "postgresql" else ""
         async with self._db.transaction() as tx:
             # Every active key of the org, locked: two revocations at once cannot both pass
-            # the last-key check. (SQLite's write transactions run one at a time.)
+            # the last-key check. (SQLite's write transactions run one at a time.) Locked in id
+            # order, the order the last-use recorder writes in, or the two can deadlock.
             active = {
                 r["id"]
                 for r in await tx.fetch(
                     "SELECT id FROM management_keys WHERE org_id = :org AND revoked_at IS NULL"
-                    + lock,
+                    " ORDER BY id" + lock,
                     {"org": org_id},
                 )
             }
