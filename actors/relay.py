@@ -154,18 +154,18 @@ class StreamRelays:
         )
         relay.model = model
         try:
-            await self.supervisor.start(relay, policy=_TEMPORARY)
+            child = await self.supervisor.start(relay, policy=_TEMPORARY)
         except BaseException:
             receive.close()
             raise
         try:
             yield receive
         finally:
-            if not relay.ended.is_set():
-                relay.scope.cancel()
+            if not child.exited.is_set():
+                child.scope.cancel()
                 with trio.CancelScope(shield=True) as wait:
                     wait.deadline = trio.current_time() + _END_WAIT_S
-                    await relay.ended.wait()
+                    await child.exited.wait()
 
 
 _TEMPORARY = RestartPolicy(temporary=True)
@@ -217,8 +217,6 @@ class StreamRelay(Actor):
         self.bytes = 0
         self.chunks = 0
         self.began = trio.current_time()
-        self.scope = trio.CancelScope()  # cancelled when the request is done with the stream
-        self.ended = trio.Event()
 
     def statistics(self) -> dict[str, object]:
         return {
@@ -233,27 +231,25 @@ class StreamRelay(Actor):
         """Report `started()` once the upstream's head arrived (2xx), then relay the stream to
         its end and close the channel. After `started()`, upstream failures end the stream
         with an error frame and `[DONE]`. Being cancelled (the client left) closes the
-        upstream response at once."""
+        upstream response at once (the request cancels the scope of its supervisor's record,
+        `Child.scope`, and waits for `Child.exited`)."""
         stats = self.relays.stats
         try:
-            with self.scope:
-                async with self.client.stream(
-                    self.path, self.body, api_key=self.api_key
-                ) as response:
-                    task_status.started()
-                    stats.active += 1
-                    try:
-                        await self._run(response)
-                    except trio.Cancelled:
-                        stats.cancelled += 1
-                        raise
-                    finally:
-                        stats.active -= 1
+            async with self.client.stream(self.path, self.body, api_key=self.api_key) as response:
+                task_status.started()
+                stats.active += 1
+                try:
+                    await self._run(response)
+                except trio.Cancelled:
+                    stats.cancelled += 1
+                    raise
+                finally:
+                    stats.active -= 1
         finally:
-            # Closed without a checkpoint, so that the request's reader, when it sees the
-            # channel end, finds the relay ended too (no cancel, no wait: the common case).
+            # Closed without a checkpoint, and the supervisor marks the child exited without
+            # one either: the request's reader, when it sees the channel end, finds the relay
+            # ended (no cancel, no wait: the common case).
             self.out.close()
-            self.ended.set()
 
     async def _run(self, response: Response) -> None:
         relays = self.relays

@@ -102,8 +102,11 @@ class ActorSnapshot:
 
 
 @dataclass(eq=False)
-class _Child:
-    """The supervisor's record of one child. Outlives restarts; dropped when the child exits."""
+class Child:
+    """The supervisor's record of one child. Outlives restarts; dropped when the child exits.
+    `Supervisor.start` returns it: `scope` cancels the child (every run of it), `exited` is set
+    once its task has ended, so a caller that owns a temporary child (a stream's relay) need
+    not keep a scope and an event of its own."""
 
     name: str
     actor: Actor
@@ -124,7 +127,7 @@ class _RunStatus:
     `Supervisor.start`; restarts run in the supervisor's nursery, so nobody else is waiting.
     """
 
-    def __init__(self, child: _Child, outer: trio.TaskStatus[None] | None) -> None:
+    def __init__(self, child: Child, outer: trio.TaskStatus[None] | None) -> None:
         self._child = child
         self._outer = outer
         self._called = False
@@ -170,7 +173,7 @@ class Supervisor(Actor):
         self.kind_settings: Mapping[str, ActorSettings] = settings or {}
         self._nursery: trio.Nursery | None = None
         # Live children plus "failed" ones, kept so the tree and /healthz show them.
-        self._children: dict[str, _Child] = {}
+        self._children: dict[str, Child] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the nursery, report ready, then run until cancelled.
@@ -188,8 +191,9 @@ class Supervisor(Actor):
             self._nursery = None
             self._children.clear()
 
-    async def start(self, actor: Actor, *, policy: RestartPolicy | None = None) -> None:
-        """Start ``actor`` under supervision; return once it called ``task_status.started()``.
+    async def start(self, actor: Actor, *, policy: RestartPolicy | None = None) -> Child:
+        """Start ``actor`` under supervision; return its record once it called
+        ``task_status.started()``.
 
         If that first run raises before being ready, the exception propagates here and the
         actor is not kept. Cancelling this call before the actor is ready cancels the actor.
@@ -202,6 +206,7 @@ class Supervisor(Actor):
         finally:
             if not child.started_once:
                 self._forget(child)
+        return child
 
     def start_soon(self, actor: Actor, *, policy: RestartPolicy | None = None) -> None:
         """Like `start` without waiting; a failing first run is treated as a crash (restarted)."""
@@ -285,7 +290,7 @@ class Supervisor(Actor):
             raise RuntimeError(f"supervisor {self.name!r} is not running; start run() first")
         return self._nursery
 
-    def _register(self, actor: Actor, policy: RestartPolicy | None) -> _Child:
+    def _register(self, actor: Actor, policy: RestartPolicy | None) -> Child:
         existing = self._children.get(actor.name)
         # A failed child is a tombstone for the tree; starting a new one in its place is allowed
         # so per-key spawners can recover without a separate stop().
@@ -293,15 +298,15 @@ class Supervisor(Actor):
             raise ValueError(f"supervisor {self.name!r} already has a child named {actor.name!r}")
         if isinstance(actor, Supervisor) and not actor.kind_settings:
             actor.kind_settings = self.kind_settings
-        child = _Child(actor.name, actor, policy or self.policy_for(actor))
+        child = Child(actor.name, actor, policy or self.policy_for(actor))
         self._children[actor.name] = child
         return child
 
-    def _forget(self, child: _Child) -> None:
+    def _forget(self, child: Child) -> None:
         if self._children.get(child.name) is child:
             del self._children[child.name]
 
-    def _snapshot_child(self, child: _Child) -> ActorSnapshot:
+    def _snapshot_child(self, child: Child) -> ActorSnapshot:
         actor = child.actor
         handled, p99 = actor.handling()
         return ActorSnapshot(
@@ -321,22 +326,37 @@ class Supervisor(Actor):
 
     async def _supervise(
         self,
-        child: _Child,
+        child: Child,
         raise_first: bool,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
             with child.scope:
-                await self._restart_loop(child, raise_first, task_status)
+                if child.policy.temporary:  # one run, no restart loop (a task per stream)
+                    await self._run_once(child, raise_first, task_status)
+                else:
+                    await self._restart_loop(child, raise_first, task_status)
         finally:
             child.exited.set()
             if child.state != "failed":
                 child.state = "stopped"
                 self._forget(child)
 
+    async def _run_once(
+        self, child: Child, raise_first: bool, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """A temporary child's only run: a crash is logged and ends it like a return."""
+        try:
+            await child.actor.run(task_status=_RunStatus(child, task_status))
+        except Exception as exc:
+            if raise_first and not child.started_once:
+                raise  # belongs to start()'s caller, who decides what to do
+            child.last_error = error = _describe(exc)
+            _log.warning("actor %s crashed (%s); not restarted (temporary)", child.name, error)
+
     async def _restart_loop(
-        self, child: _Child, raise_first: bool, task_status: trio.TaskStatus[None]
+        self, child: Child, raise_first: bool, task_status: trio.TaskStatus[None]
     ) -> None:
         policy = child.policy
         backoff = policy.initial_backoff
@@ -355,9 +375,6 @@ class Supervisor(Actor):
                 return  # returned normally: the actor retired
             outer = None
             child.last_error = error
-            if policy.temporary:
-                _log.warning("actor %s crashed (%s); not restarted (temporary)", child.name, error)
-                return
             now = trio.current_time()
             if now - began >= policy.restart_window:
                 backoff = policy.initial_backoff
