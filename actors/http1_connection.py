@@ -309,6 +309,8 @@ class Response:
         self._conn = conn
         self._pending = first
         self._read_timeout = timeout
+        self._silent_since: float | None = None  # next_chunk_or_silence found nothing since
+        self._waiting: trio.CancelScope | None = None  # next_chunk_or_silence's wait
         self.keep = True  # False: never reused, whatever the response said
 
     @property
@@ -349,6 +351,49 @@ class Response:
             if body:
                 return body
         return b""
+
+    async def next_chunk_or_silence(self, idle_s: float) -> bytes | None:
+        """As `next_chunk`, or None when nothing arrived for `idle_s` (the caller may send a
+        keep-alive and call again). The read timeout still counts from the last bytes: a
+        silence that lasts past it raises ReadTimedOut. Nothing is lost by returning None: a
+        receive that is cancelled before it returns has consumed nothing."""
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return data
+        parser = self._parser
+        while not parser.done:
+            now = trio.current_time()
+            if self._silent_since is None:
+                self._silent_since = now
+            read_deadline = self._silent_since + self._read_timeout
+            try:
+                with trio.CancelScope(deadline=min(read_deadline, now + idle_s)) as waited:
+                    self._waiting = waited
+                    received = await self._conn.stream.receive_some(_RECEIVE)
+            except _FAILED as exc:
+                raise ConnectionBroken(type(exc).__name__) from None
+            finally:
+                self._waiting = None
+            if waited.cancelled_caught:
+                if trio.current_time() >= read_deadline:
+                    raise ReadTimedOut(f"no data for {self._read_timeout} s")
+                return None
+            self._silent_since = None
+            if not received:
+                try:
+                    parser.feed_eof()
+                except UpstreamMalformed as exc:
+                    raise ConnectionBroken(str(exc), eof=True) from None
+                return b""
+            body = parser.feed(received if isinstance(received, bytes) else bytes(received))
+            if body:
+                return body
+        return b""
+
+    def interrupt(self) -> None:
+        """End a `next_chunk_or_silence` that is waiting: it returns None at once."""
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def read(self, max_bytes: int) -> bytes:
         """The rest of the body; UpstreamMalformed once it passes `max_bytes` (a Content-Length

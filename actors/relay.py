@@ -1,24 +1,26 @@
 """Stream relays: one task per streamed request (`StreamRelay`, a temporary child of the
 `stream-relays` supervisor), opening the upstream stream, reading its SSE body, translating it
-into the client's `chat.completion.chunk` frames, and handing them over a bounded channel (the
-frames of one upstream read travel together: one message, one task switch per read).
+into the client's `chat.completion.chunk` frames and writing them to the client (a
+`FrameSink`, the gateway's response): the frames of one upstream read go in one write. After
+`idle_s` of upstream silence it writes a `: keepalive` comment.
 
-Back-pressure: when the client reads slowly the channel fills, the relay stops reading the
-upstream, and TCP slows the provider — memory per stream stays at the channel's capacity.
+Back-pressure: the relay awaits each write, so when the client reads slowly the relay stops
+reading the upstream, and TCP slows the provider — memory per stream stays at one read.
+(Until issue #21 the relay handed its frames to the request's task over a channel: a task
+switch and a channel message per upstream read, measured in docs/decisions.md.)
 A stream that breaks (transport error, malformed frame, upstream ending before its finish)
 ends with an error frame and `[DONE]` (a `FailingSource` ends it its own way); it never hangs.
-The request leaving its stream (`StreamRelays.open`'s block: the client left, or the end was
-written) cancels the relay's scope, which closes the upstream response at once. A relay is
-never restarted (a broken stream cannot resume); one that crashes closes its channel, so its
-client's stream ends, and is not a failure of the instance. `StreamRelays.cut()` (the
-graceful drain is running out, gateway/server/serve.py) ends every stream still relaying the
-way a broken one ends, with the code `server_shutting_down`, so its client gets a whole
-response rather than a cut connection."""
+The request leaving `StreamRelays.relay` (the client left) cancels the relay, which closes the
+upstream response at once. A relay is never restarted (a broken stream cannot resume); one
+that crashes ends, its client's response is ended by the request, and it is not a failure of
+the instance. `StreamRelays.cut()` (the graceful drain is running out,
+gateway/server/serve.py) ends every stream still relaying the way a broken one ends, with the
+code `server_shutting_down`, so its client gets a whole response rather than a cut
+connection."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -30,15 +32,27 @@ from actors.supervisor import RestartPolicy, Supervisor
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
 from protocol.openai_chat import ChunkRelay, error_frame
-from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
+from protocol.sse import DONE, KEEPALIVE, SSEDecoder, SSEError, SSEEvent
 from protocol.usage import Usage
 
-CHANNEL_CAPACITY = 16
 SHUTDOWN_TYPE = "server_error"
 SHUTDOWN_CODE = "server_shutting_down"
 SHUTDOWN_MESSAGE = (
     "The server is shutting down and ended this stream before its end; retry the request."
 )
+
+
+class FrameSink(Protocol):
+    """Where a relay writes: the client's response. Called from the relay's task only, one
+    call at a time."""
+
+    async def open(self) -> bool:
+        """The upstream's head arrived (2xx): send the client's head. False: the client left."""
+        ...
+
+    async def write(self, data: bytes) -> bool:
+        """Send frames (or a keep-alive) to the client. False: the client left, stop."""
+        ...
 
 
 class FrameSource(Protocol):
@@ -106,7 +120,7 @@ class StreamRelays:
     def __init__(self) -> None:
         self.supervisor = _RelaySupervisor(self)
         self.stats = RelayStats()
-        self._reading: set[trio.CancelScope] = set()
+        self._live: set[StreamRelay] = set()  # relaying a body (what `cut()` interrupts)
         self._cutting = False
         self._numbered = 0
 
@@ -114,8 +128,8 @@ class StreamRelays:
         """End every stream still relaying, and any that starts from now on, with an error
         frame (code `server_shutting_down`) and `[DONE]`: the server is shutting down."""
         self._cutting = True
-        for scope in self._reading:
-            scope.cancel()
+        for relay in self._live:
+            relay.interrupt()
 
     def statistics(self) -> dict[str, object]:
         s = self.stats
@@ -128,38 +142,35 @@ class StreamRelays:
             "frames": s.frames,
         }
 
-    @asynccontextmanager
-    async def open(
+    async def relay(
         self,
         client: UpstreamClient,
         path: str,
         body: bytes,
         frames: FrameSource,
+        sink: FrameSink,
         *,
+        idle_s: float,
         api_key: str | None = None,
         on_cut: Callable[[], None] | None = None,
         model: str | None = None,
-    ) -> AsyncIterator[trio.MemoryReceiveChannel[bytes]]:
-        """Start a relay of `path`'s stream under the supervisor and yield the channel of its
-        frames once the upstream's head arrived (2xx). Before that, upstream failures are
-        raised (the caller answers them as JSON errors), and cancelling the caller cancels the
-        relay. Leaving the block (the stream was written, or the client left) cancels the
-        relay if it still runs, which closes the upstream response, and waits for its end.
-        `api_key`: the org's own key (bring-your-own-key); `on_cut` is called when `cut()`
-        ended the stream; `model` labels the relay in the actor tree."""
+    ) -> None:
+        """Relay `path`'s stream into `sink` under the supervisor; return once it ended.
+        Before the upstream's head arrived (2xx), upstream failures are raised (the caller
+        answers them as JSON errors); after it, they end the stream in it. Being cancelled
+        (the client left) cancels the relay, which closes the upstream response, and waits
+        for its end. `idle_s`: upstream silence before a keep-alive; `api_key`: the org's own
+        key (bring-your-own-key); `on_cut` is called when `cut()` ended the stream; `model`
+        labels the relay in the actor tree."""
         self._numbered += 1
-        send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
         relay = StreamRelay(
-            f"stream-{self._numbered}", self, client, path, body, frames, send, api_key, on_cut
+            f"stream-{self._numbered}", self, client, path, body, frames, sink, api_key, on_cut
         )
         relay.model = model
+        relay.idle_s = idle_s
+        child = await self.supervisor.start(relay, policy=_TEMPORARY)
         try:
-            child = await self.supervisor.start(relay, policy=_TEMPORARY)
-        except BaseException:
-            receive.close()
-            raise
-        try:
-            yield receive
+            await child.exited.wait()
         finally:
             if not child.exited.is_set():
                 child.scope.cancel()
@@ -187,8 +198,8 @@ class _RelaySupervisor(Supervisor):
 
 class StreamRelay(Actor):
     """One live stream: opens the upstream stream, reads its SSE body, translates it into the
-    client's frames and hands them over a bounded channel (the frames of one upstream read
-    travel together, one message per read)."""
+    client's frames and writes them to its sink (the frames of one upstream read in one
+    write)."""
 
     kind = "stream_relay"
 
@@ -200,7 +211,7 @@ class StreamRelay(Actor):
         path: str,
         body: bytes,
         frames: FrameSource,
-        out: trio.MemorySendChannel[bytes],
+        sink: FrameSink,
         api_key: str | None,
         on_cut: Callable[[], None] | None,
     ) -> None:
@@ -210,7 +221,9 @@ class StreamRelay(Actor):
         self.path = path
         self.body = body
         self.frames = frames
-        self.out = out
+        self.sink = sink
+        self.idle_s = 15.0  # upstream silence before a keep-alive
+        self._response: Response | None = None  # while relaying its body
         self.api_key = api_key
         self.on_cut = on_cut
         self.model: str | None = None
@@ -229,77 +242,87 @@ class StreamRelay(Actor):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Report `started()` once the upstream's head arrived (2xx), then relay the stream to
-        its end and close the channel. After `started()`, upstream failures end the stream
-        with an error frame and `[DONE]`. Being cancelled (the client left) closes the
-        upstream response at once (the request cancels the scope of its supervisor's record,
-        `Child.scope`, and waits for `Child.exited`)."""
+        its end. After `started()`, upstream failures end the stream with an error frame and
+        `[DONE]`. Being cancelled (the client left) closes the upstream response at once."""
         stats = self.relays.stats
-        try:
-            async with self.client.stream(self.path, self.body, api_key=self.api_key) as response:
-                task_status.started()
-                stats.active += 1
-                try:
-                    await self._run(response)
-                except trio.Cancelled:
-                    stats.cancelled += 1
-                    raise
-                finally:
-                    stats.active -= 1
-        finally:
-            # Closed without a checkpoint, and the supervisor marks the child exited without
-            # one either: the request's reader, when it sees the channel end, finds the relay
-            # ended (no cancel, no wait: the common case).
-            self.out.close()
+        async with self.client.stream(self.path, self.body, api_key=self.api_key) as response:
+            task_status.started()
+            stats.active += 1
+            try:
+                if not (await self.sink.open() and await self._run(response)):
+                    stats.cancelled += 1  # the client left
+            except trio.Cancelled:
+                stats.cancelled += 1
+                raise
+            finally:
+                stats.active -= 1
 
-    async def _run(self, response: Response) -> None:
+    async def _write(self, batch: list[bytes]) -> bool:
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        self.chunks += len(batch)
+        self.bytes += len(data)
+        return await self.sink.write(data)
+
+    async def _run(self, response: Response) -> bool:
+        """Relay to the end; False if the client left first."""
         relays = self.relays
         stats = relays.stats
         frames = self.frames
-        out = self.out
+        sink = self.sink
+        idle_s = self.idle_s
         decoder = SSEDecoder()
-        batch: list[bytes] = []  # frames not yet handed over
-        closing: list[bytes] = []
-        with trio.CancelScope() as reading:
-            relays._reading.add(reading)
-            if relays._cutting:
-                reading.cancel()
-            try:
-                with mapped_errors(self.client.name):
-                    while raw := await response.next_chunk():
-                        # Everything one upstream read yields goes over as one item:
-                        # one task switch and one client write per read, not per frame.
-                        batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
-                        stats.frames += len(batch)
-                        if response.complete:
-                            break  # the end rides with the last frames (one write)
-                        if batch:
-                            data = b"".join(batch)
-                            self.chunks += len(batch)
-                            self.bytes += len(data)
-                            await out.send(data)  # cancelled: not sent
-                            batch = []
-                if not frames.finished:
-                    raise UpstreamMalformed("the upstream stream ended early")
-                closing = batch + frames.finish()
-            except (UpstreamError, SSEError) as exc:
-                stats.broken += 1
-                code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
-                closing = [*batch, *_broken(frames, _describe(exc), code)]
-            else:
-                stats.completed += 1
-            finally:
-                relays._reading.discard(reading)
-        if reading.cancelled_caught:
+        batch: list[bytes] = []  # frames not yet written
+        cut = False
+        self._response = response
+        relays._live.add(self)
+        try:
+            with mapped_errors(self.client.name):
+                while not (cut := relays._cutting):
+                    raw = await response.next_chunk_or_silence(idle_s)
+                    if raw is None:  # silence (or `cut()` interrupted the read)
+                        if relays._cutting:
+                            continue
+                        if not await sink.write(KEEPALIVE):  # we're still here
+                            return False
+                        continue
+                    if not raw:
+                        break
+                    # Everything one upstream read yields goes in one write.
+                    batch = [f for event in decoder.feed(raw) for f in frames.feed(event)]
+                    stats.frames += len(batch)
+                    if response.complete:
+                        break  # the end rides with the last frames (one write)
+                    if batch:
+                        if not await self._write(batch):
+                            return False
+                        batch = []
+                if not cut:
+                    if not frames.finished:
+                        raise UpstreamMalformed("the upstream stream ended early")
+                    closing = batch + frames.finish()
+                    stats.completed += 1
+        except (UpstreamError, SSEError) as exc:
+            stats.broken += 1
+            code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+            closing = [*batch, *_broken(frames, _describe(exc), code)]
+        finally:
+            relays._live.discard(self)
+            self._response = None
+        if cut:
             stats.cut += 1
-            shutdown = _broken(frames, SHUTDOWN_MESSAGE, SHUTDOWN_CODE, type=SHUTDOWN_TYPE)
-            closing = [*batch, *shutdown]
+            closing = [
+                *batch,
+                *_broken(frames, SHUTDOWN_MESSAGE, SHUTDOWN_CODE, type=SHUTDOWN_TYPE),
+            ]
             if self.on_cut is not None:
                 self.on_cut()  # before the end leaves: the request is known as cut when it ends
-        if closing:
-            data = b"".join(closing)
-            self.chunks += len(closing)
-            self.bytes += len(data)
-            await out.send(data)
+        return not closing or await self._write(closing)
+
+    def interrupt(self) -> None:
+        """`cut()`: stop waiting for the upstream (a write to the client is not interrupted:
+        a cancelled write would leave the client's stream cut mid-frame)."""
+        if self._response is not None:
+            self._response.interrupt()
 
 
 def _broken(

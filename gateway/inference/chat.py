@@ -14,7 +14,7 @@ from gateway.inference.call import Call
 from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel
-from gateway.inference.sse_response import Pump
+from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
@@ -125,15 +125,15 @@ class ChatCompletions:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         frames = chat_frames(model, include_usage=include_usage)
         http = call.request
-        pump = Pump(http.send, deps.sse_keepalive_s)
+        sink = ClientStream(http)
         try:
-            await relay_to_client(call, deps, client, path, upstream_body, frames, pump)
+            await relay_to_client(call, deps, client, path, upstream_body, frames, sink)
         finally:
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, or the stream broke).
             usage = frames.usage or Usage(
                 prompt_tokens=estimate_tokens(body_size),
-                completion_tokens=max(0, pump.frames_sent - 1),  # less the role chunk
+                completion_tokens=max(0, sink.frames_sent - 1),  # less the role chunk
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:

@@ -23,7 +23,7 @@ from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.model_registry import ResolvedModel
-from gateway.inference.sse_response import Pump
+from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
 from gateway.inference.upstream_errors import upstream_failure
 from gateway.responses.context import build_context
@@ -174,7 +174,7 @@ class CreateResponse:
             inner = chat_frames(model, include_usage=True)
             frames = ResponseStream(inner, skeleton, clock=lambda: clock() / 1_000_000)
         http = call.request
-        pump = Pump(http.send, deps.sse_keepalive_s)
+        sink = ClientStream(http, hold_last=save is not None)
 
         async def before_last() -> None:
             final = frames.response
@@ -186,7 +186,7 @@ class CreateResponse:
 
         try:
             await relay_to_client(
-                call, deps, client, path, upstream_body, frames, pump, before_last=before_last
+                call, deps, client, path, upstream_body, frames, sink, before_last=before_last
             )
         finally:
             # What was relayed is accounted, as for chat: reported usage when the upstream

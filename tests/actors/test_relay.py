@@ -1,18 +1,20 @@
-"""Stream relays: back-pressure, breakage, cancellation and supervision (one temporary child
-per live stream under `stream-relays`), against a scripted upstream body."""
+"""Stream relays: back-pressure, breakage, keep-alives, cancellation and supervision (one
+temporary child per live stream under `stream-relays`), against a scripted upstream body and
+a sink that stands for the client."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
-from actors.relay import CHANNEL_CAPACITY, OpenAIFrames, StreamRelays
+from actors.relay import OpenAIFrames, StreamRelays
 from actors.supervisor import ActorSnapshot
 from protocol.openai_chat import ChunkRelay
 
@@ -41,28 +43,76 @@ class EndlessBody:
     def __init__(self) -> None:
         self.reads = 0
 
-    async def next_chunk(self) -> bytes:
+    async def next_chunk_or_silence(self, idle_s: float) -> bytes | None:
         await trio.lowlevel.checkpoint()
         self.reads += 1
         return _frame(self.reads)
 
+    def interrupt(self) -> None:
+        pass
+
 
 class ScriptedBody:
-    def __init__(self, parts: list[bytes | Exception]) -> None:
+    """Its parts in turn; a float is that many seconds of silence."""
+
+    def __init__(self, parts: list[bytes | Exception | float]) -> None:
         self._parts = parts
+        self._waiting: trio.CancelScope | None = None
 
     @property
     def complete(self) -> bool:
         return False  # its end shows as b"" (or an error), as a close-delimited body does
 
-    async def next_chunk(self) -> bytes:
+    async def next_chunk_or_silence(self, idle_s: float) -> bytes | None:
         await trio.lowlevel.checkpoint()
         if not self._parts:
             return b""
-        part = self._parts.pop(0)
+        part = self._parts[0]
+        if isinstance(part, float):
+            with trio.move_on_after(min(part, idle_s)) as self._waiting:
+                await trio.sleep_forever()
+            self._parts[0] = part - idle_s
+            if self._parts[0] <= 0:
+                self._parts.pop(0)
+            return None
+        self._parts.pop(0)
         if isinstance(part, Exception):
             raise part
         return part
+
+    def interrupt(self) -> None:
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+
+class Client:
+    """The sink a relay writes to: what it received; with `allowed` set, it takes that many
+    writes more, then stops reading (a write waits) until `allow(n)`."""
+
+    def __init__(self, allowed: int | None = None) -> None:
+        self.data = b""
+        self.writes = 0
+        self.allowed = allowed
+        self.gone = False
+        self._more = trio.Event()
+
+    async def open(self) -> bool:
+        return not self.gone
+
+    async def write(self, data: bytes) -> bool:
+        while self.allowed == 0:
+            await self._more.wait()
+        await trio.lowlevel.checkpoint()
+        if self.allowed is not None:
+            self.allowed -= 1
+        self.writes += 1
+        self.data += data
+        return not self.gone
+
+    def allow(self, writes: int) -> None:
+        self.allowed = writes
+        self._more.set()
+        self._more = trio.Event()
 
 
 class FakeClient:
@@ -95,9 +145,12 @@ async def running(relays: StreamRelays) -> AsyncIterator[trio.Nursery]:
         nursery.cancel_scope.cancel()
 
 
-async def relayed(relays: StreamRelays, client: object, frames: object) -> bytes:
-    async with relays.open(client, "p", b"", frames) as receive:  # type: ignore[arg-type]
-        return b"".join([item async for item in receive])
+async def relayed(
+    relays: StreamRelays, upstream: object, frames: object, *, idle_s: float = 15.0
+) -> bytes:
+    sink = Client()
+    await relays.relay(upstream, "p", b"", frames, sink, idle_s=idle_s)  # type: ignore[arg-type]
+    return sink.data
 
 
 def relay_nodes(relays: StreamRelays) -> list[ActorSnapshot]:
@@ -109,17 +162,21 @@ async def test_a_client_that_does_not_read_stops_the_upstream_reads(
 ) -> None:
     relays = StreamRelays()
     body = EndlessBody()
-    async with running(relays), relays.open(FakeClient(body), "p", b"", _frames()) as receive:  # type: ignore[arg-type]
+    sink = Client(allowed=0)
+    async with running(relays), trio.open_nursery() as requests:
+        requests.start_soon(
+            partial(relays.relay, FakeClient(body), "p", b"", _frames(), sink, idle_s=15.0)  # type: ignore[arg-type]
+        )
         await trio.sleep(60)
         stalled_at = body.reads
-        assert stalled_at <= CHANNEL_CAPACITY + 2  # the channel is full: no more reading
+        assert stalled_at == 1  # waiting on its first write: no more reading
         await trio.sleep(60)
         assert body.reads == stalled_at
-        for _ in range(5):  # the client reads a little: the relay reads as much more
-            await receive.receive()
+        sink.allow(5)  # the client reads a little: the relay reads as much more
         await trio.sleep(1)
-        assert body.reads == stalled_at + 5
+        assert body.reads == stalled_at + 5 and sink.writes == 5
         assert relays.statistics()["active"] == 1
+        requests.cancel_scope.cancel()  # the request leaves (the client went away)
     stats = relays.statistics()
     assert stats["active"] == 0 and stats["cancelled"] == 1 and stats["completed"] == 0
     assert relay_nodes(relays) == []
@@ -131,24 +188,73 @@ async def test_a_live_stream_is_a_child_of_the_relay_supervisor_until_it_ends(
     relays = StreamRelays()
     body = EndlessBody()
     client = FakeClient(body)
+    sink = Client(allowed=1)
+    async with running(relays), trio.open_nursery() as requests:
+        requests.start_soon(
+            partial(relays.relay, client, "p", b"", _frames(), sink, idle_s=15.0, model="sim/x")  # type: ignore[arg-type]
+        )
+        await trio.sleep(2)
+        (node,) = relay_nodes(relays)
+        assert node.kind == "stream_relay" and node.state == "running"
+        first = dict(node.statistics)
+        assert first["model"] == "sim/x" and first["provider"] == "sim"
+        assert first["age_s"] == 2 and int(first["chunks"]) >= 1  # type: ignore[call-overload]
+        sink.allow(3)
+        await trio.sleep(1)
+        (node,) = relay_nodes(relays)
+        assert int(node.statistics["bytes"]) > int(first["bytes"])  # type: ignore[call-overload]
+        assert node.statistics["age_s"] == 3
+        requests.cancel_scope.cancel()
+    assert relay_nodes(relays) == []  # gone with its stream
+    tree = relays.supervisor.snapshot()
+    assert tree.name == "stream-relays" and tree.statistics["cancelled"] == 1
+
+
+async def test_upstream_silence_writes_keepalives_then_the_stream_goes_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    relays = StreamRelays()
+    body = ScriptedBody([_frame(0), 30.0, _frame(1)])  # silent for 30 s between two frames
     async with running(relays):
-        async with relays.open(client, "p", b"", _frames(), model="sim/x") as receive:  # type: ignore[arg-type]
-            await receive.receive()
-            await trio.sleep(2)
-            (node,) = relay_nodes(relays)
-            assert node.kind == "stream_relay" and node.state == "running"
-            first = dict(node.statistics)
-            assert first["model"] == "sim/x" and first["provider"] == "sim"
-            assert first["age_s"] == 2 and int(first["chunks"]) >= 1  # type: ignore[call-overload]
-            for _ in range(3):
-                await receive.receive()
-            await trio.sleep(1)
-            (node,) = relay_nodes(relays)
-            assert int(node.statistics["bytes"]) > int(first["bytes"])  # type: ignore[call-overload]
-            assert node.statistics["age_s"] == 3
-        assert relay_nodes(relays) == []  # gone with its stream
-        tree = relays.supervisor.snapshot()
-        assert tree.name == "stream-relays" and tree.statistics["cancelled"] == 1
+        out = await relayed(relays, FakeClient(body), _frames(), idle_s=15.0)
+    assert out.count(b": keepalive\n\n") == 2  # after 15 s and 30 s of silence
+    before, after = out.split(b": keepalive\n\n", 1)
+    assert b"t0" in before and b"t1" in after
+
+
+async def test_a_client_that_left_ends_the_relay() -> None:
+    relays = StreamRelays()
+    sink = Client()
+    sink.gone = True  # its first write finds it gone
+    async with running(relays):
+        await relays.relay(FakeClient(EndlessBody()), "p", b"", _frames(), sink, idle_s=15.0)  # type: ignore[arg-type]
+    assert relays.statistics()["cancelled"] == 1 and relay_nodes(relays) == []
+
+
+async def test_cut_ends_a_stream_waiting_for_its_upstream_with_the_shutdown_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    relays = StreamRelays()
+    body = ScriptedBody([_frame(0), 3600.0])
+    cuts: list[bool] = []
+    sink = Client()
+    async with running(relays), trio.open_nursery() as requests:
+        requests.start_soon(
+            partial(
+                relays.relay,
+                FakeClient(body),
+                "p",
+                b"",
+                _frames(),
+                sink,  # type: ignore[arg-type]
+                idle_s=3600.0,
+                on_cut=lambda: cuts.append(True),
+            )
+        )
+        await trio.sleep(5)
+        relays.cut()
+    assert cuts == [True] and relays.statistics()["cut"] == 1
+    assert sink.data.endswith(b"data: [DONE]\n\n") and b"server_shutting_down" in sink.data
 
 
 class CrashingFrames:
@@ -168,7 +274,7 @@ async def test_a_relay_that_crashes_is_not_restarted_nor_a_failure() -> None:
     relays = StreamRelays()
     async with running(relays):
         out = await relayed(relays, FakeClient(ScriptedBody([_frame(0)])), CrashingFrames())
-        assert out == b""  # the client's stream ends (its channel closed)
+        assert out == b""  # nothing written: the request ends the client's response
         await trio.testing.wait_all_tasks_blocked()
         tree = relays.supervisor.snapshot()
         assert tree.children == () and relays.supervisor.failed() == []
@@ -200,11 +306,8 @@ async def test_the_org_key_given_to_the_relay_is_used_for_the_upstream_stream() 
     relays = StreamRelays()
     default, byok = FakeClient(ScriptedBody([])), FakeClient(ScriptedBody([]))
     async with running(relays):
-        async with (
-            relays.open(default, "p", b"", _frames()) as one,  # type: ignore[arg-type]
-            relays.open(byok, "p", b"", _frames(), api_key="sk-org-own") as two,  # type: ignore[arg-type]
-        ):
-            _ = [item async for item in one] + [item async for item in two]
+        await relays.relay(default, "p", b"", _frames(), Client(), idle_s=15.0)  # type: ignore[arg-type]
+        await relays.relay(byok, "p", b"", _frames(), Client(), idle_s=15.0, api_key="sk-org-own")  # type: ignore[arg-type]
     assert default.api_keys == [None] and byok.api_keys == ["sk-org-own"]
 
 
@@ -213,7 +316,7 @@ async def test_a_source_with_its_own_failure_ends_a_broken_stream_its_way() -> N
     from protocol.responses.objects import ResponseObject
     from protocol.responses.stream import ResponseStream
 
-    scripts: list[list[bytes | Exception]] = [
+    scripts: list[list[bytes | Exception | float]] = [
         [_frame(0), ConnectionBroken("reset")],  # the transport breaks
         [_frame(0) + _frame(1)],  # the body ends before its finish
     ]
