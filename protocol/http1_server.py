@@ -5,7 +5,8 @@ request's head and body start and end. It rejects CL+TE, duplicate or non-digit 
 bad chunk sizes, obs-fold, bare CR/LF, NUL and bad header names. This module adds what RFC 9112
 asks and llhttp leaves to the application: a Transfer-Encoding other than exactly `chunked`
 (llhttp takes `gzip, chunked`), Transfer-Encoding in HTTP/1.0, a version other than 1.0/1.1,
-a missing or repeated Host in HTTP/1.1, and head size and header count limits.
+a missing or repeated Host in HTTP/1.1, and head size and header count limits. Trailer fields
+of a chunked body count against those limits and are dropped, never added to the head's headers.
 
 httptools cannot pause: one `feed` runs callbacks for every request in the bytes given
 (pipelining). So events are queued, and the caller feeds only bytes it has read because it
@@ -181,6 +182,10 @@ class RequestParser:
             self._refuse(431, "Request header fields too large.")
         if len(self._headers) >= self._max_headers:
             self._refuse(431, "Too many request header fields.")
+        if not self._in_head:
+            # A chunked body's trailer field: counted against the limits, then dropped (RFC 9110
+            # 6.5.1). Appended, it would join the head's list after the app may have read it.
+            return
         name = name.lower()
         self._headers.append((name, value))
         if name not in _FRAMING:

@@ -1,9 +1,12 @@
-"""Minimal HTTP/1.1 for the simulated upstream: a sans-I/O request parser and response bytes.
+"""HTTP/1.1 for the simulated upstream: whole requests from the gateway's llhttp wrapper, and
+response bytes.
 
-Covers what gateways and load drivers send: keep-alive, pipelining, request bodies framed by
-Content-Length or `Transfer-Encoding: chunked`, `Expect: 100-continue`. Responses are framed by
-Content-Length (JSON) or chunked (SSE). This module does no I/O and knows no routes; the server
-owns the socket.
+Request framing is protocol/http1_server.py's, the same strict llhttp parser the gateway's own
+server uses: request line, headers, bodies framed by Content-Length or `Transfer-Encoding:
+chunked` (trailers dropped), keep-alive, pipelining, `Expect: 100-continue`. This module only
+assembles its events into whole requests (bodies are buffered: routes want them whole) and
+adds the body limit. Responses are framed by Content-Length (JSON) or chunked (SSE). No I/O and
+no routes here; the server owns the socket.
 
 Exceptions:
     HttpError   the peer sent bytes we will not parse; answer `status`, then close.
@@ -11,15 +14,15 @@ Exceptions:
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from protocol import http1_server as h1
+
 MAX_HEAD = 64 * 1024
+MAX_HEADERS = 256
 MAX_BODY = 32 * 1024 * 1024
-_MAX_CHUNK_LINE = 1024
-_HEX = frozenset(string.hexdigits)
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
@@ -38,37 +41,28 @@ class HttpError(Exception):
 class Request:
     method: str
     target: str
-    headers: dict[str, str]  # lower-cased names
+    headers: dict[str, str]  # lower-cased names, repeats joined with ", "
     body: bytes
     keep_alive: bool
 
 
-@dataclass(slots=True)
-class _Head:
-    method: str
-    target: str
-    headers: dict[str, str]
-    keep_alive: bool
-    expects_continue: bool
-    content_length: int  # -1: chunked
-
-
-class RequestParser:
+class RequestReader:
     """Feed received bytes with `feed`; take complete requests with `next_request`.
 
     Several requests may be buffered at once (pipelining); call `next_request` until it returns
-    None, then feed more. `take_continue` says (once) that a client waits for `100 Continue`.
+    None, then feed more. `take_continue` says (once per request) that a client waits for
+    `100 Continue` before it sends the body.
     """
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._head: _Head | None = None
-        self._chunked_body = bytearray()
-        self._chunk_left: int | None = None  # None: size line next; -1: trailers next
+        self._parser = h1.RequestParser(max_head_bytes=MAX_HEAD, max_headers=MAX_HEADERS)
+        self._head: h1.Request | None = None
+        self._body: list[bytes] = []
+        self._size = 0
         self._continue_due = False
 
     def feed(self, data: bytes) -> None:
-        self._buf += data
+        self._parser.feed(data)
 
     def take_continue(self) -> bool:
         due, self._continue_due = self._continue_due, False
@@ -76,129 +70,42 @@ class RequestParser:
 
     def next_request(self) -> Request | None:
         """The next complete request, or None when more bytes are needed. Raises HttpError."""
-        head = self._head
-        if head is None:
-            head = self._head = self._parse_head()
-            if head is None:
-                return None
-        if head.content_length >= 0:
-            n = head.content_length
-            if len(self._buf) < n:
-                self._continue_due = head.expects_continue
-                return None
-            body = bytes(self._buf[:n])
-            del self._buf[:n]
-        else:
-            if not self._read_chunks():
-                self._continue_due = head.expects_continue
-                return None
-            body = bytes(self._chunked_body)
-            self._chunked_body.clear()
-        self._head = None
-        self._continue_due = False
-        return Request(head.method, head.target, head.headers, body, head.keep_alive)
-
-    def _parse_head(self) -> _Head | None:
-        buf = self._buf
-        while buf[:2] == b"\r\n":  # RFC 9112 2.2: ignore empty lines before a request line
-            del buf[:2]
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > MAX_HEAD:
-                raise HttpError(431, "request head too large")
-            return None
-        request_line, *lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-        del buf[: end + 4]
-        parts = request_line.split(" ")
-        if len(parts) != 3 or not parts[0] or not parts[1]:
-            raise HttpError(400, "malformed request line")
-        method, target, version = parts
-        if version != "HTTP/1.1" and version != "HTTP/1.0":
-            raise HttpError(505, f"unsupported version {version!r}")
-        headers: dict[str, str] = {}
-        for line in lines:
-            name, colon, value = line.partition(":")
-            if not colon or not name or name[-1] in " \t" or name[0] in " \t":
-                raise HttpError(400, "malformed header line")
-            name = name.lower()
-            value = value.strip(" \t")
-            if name in headers:
-                if name == "content-length" and headers[name] != value:
-                    raise HttpError(400, "conflicting content-length")
-                if name != "content-length":
-                    headers[name] += ", " + value
-            else:
-                headers[name] = value
-        return _Head(
-            method,
-            target,
-            headers,
-            _keep_alive(version, headers.get("connection")),
-            "expect" in headers and headers["expect"].lower() == "100-continue",
-            _body_length(headers),
-        )
-
-    def _read_chunks(self) -> bool:
-        """Move decoded chunk data from the buffer to the body; True once the body is done."""
-        buf = self._buf
-        while True:
-            left = self._chunk_left
-            if left is None or left == -1:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    if len(buf) > (_MAX_CHUNK_LINE if left is None else MAX_HEAD):
-                        raise HttpError(400, "chunk line too long")
-                    return False
-                line = bytes(buf[:end])
-                del buf[: end + 2]
-                if left == -1:
-                    if not line:  # trailers are read and ignored
-                        self._chunk_left = None
-                        return True
-                    continue
-                size_text = line.split(b";", 1)[0].strip().decode("latin-1")
-                if not size_text or not _HEX.issuperset(size_text):
-                    raise HttpError(400, "bad chunk size")
-                size = int(size_text, 16)
-                if len(self._chunked_body) + size > MAX_BODY:
+        events = self._parser.events
+        while events:
+            event = events.popleft()
+            if event is h1.END:
+                return self._complete()
+            if isinstance(event, h1.Body):
+                self._size += len(event.data)
+                if self._size > MAX_BODY:
                     raise HttpError(413, "request body too large")
-                self._chunk_left = size if size else -1
-            else:
-                if len(buf) < left + 2:
-                    return False
-                if buf[left : left + 2] != b"\r\n":
-                    raise HttpError(400, "chunk data not followed by CRLF")
-                self._chunked_body += buf[:left]
-                del buf[: left + 2]
-                self._chunk_left = None
+                self._body.append(event.data)
+            elif isinstance(event, h1.Request):
+                if event.content_length is not None and event.content_length > MAX_BODY:
+                    raise HttpError(413, "request body too large")
+                self._head = event
+                self._continue_due = event.expects_continue
+            elif isinstance(event, h1.Reject):
+                raise HttpError(event.status, event.reason)
+            else:  # Upgrade: a WebSocket handshake; the bytes after it are not HTTP
+                raise HttpError(400, "protocol upgrades are not supported")
+        return None
 
-
-def _keep_alive(version: str, connection: str | None) -> bool:
-    if connection is None:
-        return version == "HTTP/1.1"
-    tokens = {t.strip().lower() for t in connection.split(",")}
-    if version == "HTTP/1.0":
-        return "keep-alive" in tokens
-    return "close" not in tokens
-
-
-def _body_length(headers: dict[str, str]) -> int:
-    coding = headers.get("transfer-encoding")
-    length = headers.get("content-length")
-    if coding is not None:
-        if coding.lower() != "chunked":
-            raise HttpError(501, f"unsupported transfer-encoding {coding!r}")
-        if length is not None:
-            raise HttpError(400, "both content-length and transfer-encoding")
-        return -1
-    if length is None:
-        return 0
-    if not length.isdigit():
-        raise HttpError(400, "bad content-length")
-    n = int(length)
-    if n > MAX_BODY:
-        raise HttpError(413, "request body too large")
-    return n
+    def _complete(self) -> Request:
+        head = self._head
+        assert head is not None  # llhttp ends no message it did not begin
+        body = self._body
+        data = body[0] if len(body) == 1 else b"".join(body)
+        self._head = None
+        self._body = []
+        self._size = 0
+        self._continue_due = False
+        headers: dict[str, str] = {}
+        for name, value in head.headers:
+            key = name.decode("latin-1")
+            text = value.rstrip(b" \t").decode("latin-1")  # llhttp keeps trailing whitespace
+            headers[key] = headers[key] + ", " + text if key in headers else text
+        return Request(head.method, head.target.decode("latin-1"), headers, data, head.keep_alive)
 
 
 _prefixes: dict[tuple[int, bytes], bytes] = {}

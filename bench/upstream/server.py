@@ -24,7 +24,7 @@ from bench.upstream.http import (
     LAST_CHUNK,
     HttpError,
     Request,
-    RequestParser,
+    RequestReader,
     chunk,
     json_response,
     stream_head,
@@ -121,7 +121,7 @@ class _Connection:
     def __init__(self, server: UpstreamServer, stream: trio.SocketStream) -> None:
         self._server = server
         self._stream = stream
-        self._parser = RequestParser()
+        self._parser = RequestReader()
 
     async def serve(self) -> None:
         """Answer requests until the peer closes, asks to close, errs or breaks the connection.

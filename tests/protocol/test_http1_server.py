@@ -78,6 +78,20 @@ def test_chunked_body() -> None:
 
 
 @pytest.mark.parametrize("bytewise", [False, True])
+def test_trailer_fields_are_dropped_but_bounded(bytewise: bool) -> None:
+    parser = _parser()
+    chunked = b"POST /p HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n"
+    data = chunked + b"authorization: Bearer smuggled\r\n\r\n"
+    for piece in [data[i : i + 1] for i in range(len(data))] if bytewise else [data]:
+        parser.feed(piece)
+    head = parser.events[0]
+    assert isinstance(head, Request) and parser.events[-1] is END
+    assert head.headers == [(b"host", b"t"), (b"transfer-encoding", b"chunked")]
+    huge = chunked + b"x: " + b"a" * 9000 + b"\r\n\r\n"
+    assert _events(huge, bytewise=bytewise)[-1] == ("reject", 431)
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
 def test_websocket_upgrade_hands_over_the_bytes_after_the_head(bytewise: bool) -> None:
     head = (
         b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
