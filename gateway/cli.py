@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import trio
+from msgspec.structs import replace
 
 from actors.errors import RedisUnavailable
 from actors.shared_holds import open_shared_holds

@@ -1,13 +1,14 @@
 """The gateway's configuration: one TOML file plus `GATEWAY_*` environment variables.
 
-loader.py      where values come from (the file, `GATEWAY_*` variables) and in which order
-sections.py    one parser per table ([server], [[providers]], [actors.<kind>], ...)
-table.py       one TOML table being read, and `ConfigError` (file, key, problem)
-schema.py      the frozen dataclasses and their defaults
-values.py      what a valid value is: one parser per kind of value
+schema.py      what a valid configuration is: msgspec Structs and their defaults
+values.py      what a valid value is: the constrained types the Structs are written in
+loader.py      where values come from (the file, `GATEWAY_*` variables), one conversion, the
+               checks across tables
+errors.py      `ConfigError` (file, key, problem), and msgspec's errors put in those terms
 master_key.py  the master key (from the environment or the data dir)
 """
 
+from gateway.config.errors import ConfigError
 from gateway.config.loader import load_config
 from gateway.config.schema import (
     BillingConfig,
@@ -18,9 +19,8 @@ from gateway.config.schema import (
     ProviderConfig,
     ServerConfig,
     WebhooksConfig,
-    redact_url,
 )
-from gateway.config.table import ConfigError
+from gateway.config.values import redact_url
 
 __all__ = [
     "BillingConfig",

@@ -1,29 +1,100 @@
 """Load the gateway's configuration from one TOML file plus `GATEWAY_*` environment variables.
 
-A bad configuration fails at start with one `ConfigError` that names the file (or `environment`),
-the dotted key (`providers[1].base_url`) or variable, and what is wrong. Unknown keys are errors so
-typos are caught. Secret values (API keys, the master key, the bootstrap key, URL passwords) are
-never echoed in errors.
-
-This module knows where values come from (file, table, environment) and reports where a problem
-is; each table's parser is in sections.py, what a valid value is in values.py, the
-dataclasses in schema.py. It only reads: it creates no directories and opens no connections.
+The file is read into a dict, the variables are merged into that dict, and the whole is
+converted into `Config` (schema.py) at once by msgspec: each default is the struct's, each rule
+its field's constraint. A bad configuration fails at start with one `ConfigError` that names the
+file (or `environment` and the variable), the dotted key (`providers[1].base_url`) and what is
+wrong (errors.py words msgspec's errors). The few checks across tables are here, after the
+conversion. Secret values are never echoed. It only reads: no directories, no connections.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-import gateway.config.values as values
-from gateway.config import sections
-from gateway.config.schema import Config
-from gateway.config.table import ENVIRONMENT, ConfigError, T, Table
+import msgspec
+
+from actors.settings import DEFAULTS as ACTOR_DEFAULTS
+from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings
+from gateway.config.errors import ENVIRONMENT, ConfigError, translate
+from gateway.config.schema import Config, FilesConfig
+from gateway.config.values import MasterKey, decode_custom, describe
+from protocol.credentials import OPERATOR_PREFIX
+from protocol.provider_keys import sendable_as_header
 
 DEFAULT_FILE = "gateway.toml"
+# Each variable and the key it overrides (an integer's digits are converted first).
+VARIABLES = {
+    "GATEWAY_DATA_DIR": "data_dir",
+    "GATEWAY_DATABASE_URL": "database_url",
+    "GATEWAY_REDIS_URL": "redis_url",
+    "GATEWAY_HOST": "server.host",
+    "GATEWAY_PORT": "server.port",
+    "GATEWAY_WORKERS": "server.workers",
+    "GATEWAY_MASTER_KEY": "master_key",
+    "GATEWAY_PUBLIC_BASE_URL": "public_base_url",
+    "GATEWAY_BOOTSTRAP_MANAGEMENT_KEY": "bootstrap_management_key",
+    "GATEWAY_LOG_LEVEL": "log_level",
+    "GATEWAY_OPERATOR_KEY": "operator_keys",
+}
+_INTEGERS = frozenset({"GATEWAY_PORT", "GATEWAY_WORKERS"})
+# Keys only the environment (or the loader) sets: in the file they are unknown.
+_NOT_IN_FILE = (
+    "source",
+    "bootstrap_management_key",
+    "operator_keys",
+    "files.s3_access_key_id",
+    "files.s3_secret_access_key",
+)
+OPERATOR_KEY_MIN_LENGTH = 32
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")  # RFC 6750's b64token
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Read the configuration: `path`, else `$GATEWAY_CONFIG`, else `./gateway.toml` if present.
+
+    With none of them, the embedded defaults apply. `GATEWAY_*` variables in `environ` (default
+    `os.environ`) override single values. Raises `ConfigError` for the first problem found.
+    """
+    env = os.environ if environ is None else environ
+    source = _find_source(path, env)
+    file = source or ""
+    raw = _read_toml(source) if source is not None else {}
+    for key in _NOT_IN_FILE:
+        table, _, name = key.rpartition(".")
+        holder = raw.get(table) if table else raw
+        if isinstance(holder, dict) and name in holder:
+            raise ConfigError(file, key, "unknown key")
+    _actors(raw, file)
+    if isinstance(raw.get("models"), list):  # `usd_per_image_by`: an inline table, held as pairs
+        for model in raw["models"]:
+            if isinstance(model, dict) and isinstance(model.get("usd_per_image_by"), dict):
+                model["usd_per_image_by"] = list(model["usd_per_image_by"].items())
+    variables = _merge_environment(raw, env)
+    raw["source"] = source
+    try:
+        config = msgspec.convert(raw, Config, dec_hook=decode_custom)
+    except msgspec.ValidationError as exc:
+        raise translate(exc, file, raw, variables) from None
+    return _checked(config, file, env)
+
+
+def master_key_variable(environ: Mapping[str, str], name: str) -> bytes | None:
+    """A master key from the variable `name` (unset or blank: None), else a ConfigError."""
+    value = environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return msgspec.convert(value, MasterKey)
+    except msgspec.ValidationError as exc:
+        raise translate(exc, ENVIRONMENT, value, {"": name}, MasterKey) from None
 
 
 def _find_source(path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> str | None:
@@ -38,7 +109,7 @@ def _find_source(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     return file
 
 
-def _read_toml(file: str) -> dict[str, object]:
+def _read_toml(file: str) -> dict[str, Any]:
     try:
         with open(file, "rb") as stream:
             return tomllib.load(stream)
@@ -52,78 +123,147 @@ def _read_toml(file: str) -> dict[str, object]:
         raise ConfigError(file, "", str(exc)) from exc
 
 
-def _from_env(environ: Mapping[str, str], name: str, convert: Callable[[object], T]) -> T | None:
-    """The converted value of an environment variable; unset or blank means not overridden."""
-    value = environ.get(name, "").strip()
-    if not value:
-        return None
-    try:
-        return convert(value)
-    except values.InvalidValue as exc:
-        raise ConfigError(ENVIRONMENT, name, exc.problem) from None
+def _actors(raw: dict[str, Any], file: str) -> None:
+    """`[actors.<kind>]` tables over that kind's defaults (actors/settings.py), every kind.
+
+    Converted one kind at a time: msgspec's error path does not name a dict's key."""
+    actors = raw.get("actors", {})
+    if not isinstance(actors, dict):
+        return  # the conversion reports it
+    for kind, table in actors.items():
+        if kind not in ACTOR_DEFAULTS:
+            known = ", ".join(sorted(ACTOR_DEFAULTS))
+            raise ConfigError(file, f"actors.{kind}", f"unknown actor kind (known: {known})")
+        if isinstance(table, dict):
+            table = {**msgspec.structs.asdict(ACTOR_DEFAULTS[kind]), **table}
+        try:
+            actors[kind] = msgspec.convert(table, ActorSettings)
+        except msgspec.ValidationError as exc:
+            raise translate(exc, file, table, {}, ActorSettings, f"actors.{kind}") from None
+    raw["actors"] = {**ACTOR_DEFAULTS, **actors}
 
 
-def load_config(
-    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
-) -> Config:
-    """Read the configuration: `path`, else `$GATEWAY_CONFIG`, else `./gateway.toml` if present.
+def _merge_environment(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """Set each given variable's value at its key in `raw`; answer {key: variable} for those."""
+    merged = {}
+    for variable, key in VARIABLES.items():
+        value: object = environ.get(variable, "").strip()
+        if not value:  # unset or blank: not overridden
+            continue
+        if variable == "GATEWAY_OPERATOR_KEY":
+            value = _operator_keys(str(value))
+        elif variable in _INTEGERS and re.fullmatch(r"[0-9]+", str(value)):
+            value = int(str(value))  # else the conversion reports the text as given
+        table, _, name = key.rpartition(".")
+        target = raw.setdefault(table, {}) if table else raw
+        if isinstance(target, dict):  # else the file's own error is reported
+            target[name] = value
+            merged[key] = variable
+    return merged
 
-    With none of them, the embedded defaults apply. `GATEWAY_*` variables in `environ` (default
-    `os.environ`) override single values. Raises `ConfigError` for the first problem found.
-    """
-    env = os.environ if environ is None else environ
-    source = _find_source(path, env)
-    top = Table(source or "", "", _read_toml(source) if source is not None else {})
 
-    data_dir = top.get("data_dir", values.parse_path, Path("var"))
-    database_url = top.get("database_url", values.parse_database_url, None)
-    redis_url = top.get("redis_url", values.parse_redis_url, None)
-    master_key = top.get("master_key", values.parse_master_key, None)
-    public_base_url = top.get("public_base_url", values.parse_http_url, None)
-    log_level = top.get("log_level", values.parse_log_level, "INFO")
-    server = sections.parse_server(top.table("server"))
-    providers = sections.parse_providers(top.tables("providers"), env)
-    models = sections.parse_models(top.tables("models"), providers)
-    webhooks = sections.parse_webhooks(top.table("webhooks"))
-    billing = sections.parse_billing(top.table("billing"))
-    files = sections.parse_files(top.table("files"), env)
-    images = sections.parse_images(top.table("images"), providers, models)
-    fine_tuning = sections.parse_fine_tuning(top.table("fine_tuning"))
-    database = sections.parse_database(top.table("database"))
-    actors = sections.parse_actors(top.table("actors"))
-    top.finish()
+def _operator_keys(value: str) -> list[str]:
+    """One operator key, or several separated by commas (rotation: add the new one, move
+    clients over, remove the old one). Problems name the key's position, never its text."""
+    keys = [key.strip() for key in value.split(",")]
+    for position, key in enumerate(keys, 1):
+        where = f"key {position} of {len(keys)}" if len(keys) > 1 else "the key"
+        problem = None
+        if not key:
+            problem = f"has an empty key at position {position} (a stray comma?)"
+        elif not key.startswith(OPERATOR_PREFIX):
+            problem = f'{where} must start with "{OPERATOR_PREFIX}"'
+        elif len(key) < OPERATOR_KEY_MIN_LENGTH:
+            problem = (
+                f"{where} must be at least {OPERATOR_KEY_MIN_LENGTH} characters long, "
+                f"got {len(key)} (e.g. {OPERATOR_PREFIX} and `openssl rand -hex 24`)"
+            )
+        elif not _BEARER_TOKEN.fullmatch(key):
+            problem = (
+                f"{where} may hold only ASCII letters, digits and - . _ ~ + / (and = at the "
+                "end), as a bearer token"
+            )
+        if problem:
+            raise ConfigError(ENVIRONMENT, "GATEWAY_OPERATOR_KEY", problem)
+    return keys
 
-    data_dir = _from_env(env, "GATEWAY_DATA_DIR", values.parse_path) or data_dir
-    database_url = _from_env(env, "GATEWAY_DATABASE_URL", values.parse_database_url) or database_url
-    host = _from_env(env, "GATEWAY_HOST", values.parse_string)
-    port = _from_env(env, "GATEWAY_PORT", values.from_env_int(values.parse_port))
-    workers = _from_env(env, "GATEWAY_WORKERS", values.from_env_int(values.parse_positive_int))
-    return Config(
-        source=source,
-        database_url=database_url or f"sqlite:///{data_dir}/gateway.db",
-        redis_url=_from_env(env, "GATEWAY_REDIS_URL", values.parse_redis_url) or redis_url,
-        data_dir=data_dir,
-        master_key=_from_env(env, "GATEWAY_MASTER_KEY", values.parse_master_key) or master_key,
-        public_base_url=_from_env(env, "GATEWAY_PUBLIC_BASE_URL", values.parse_http_url)
-        or public_base_url,
-        bootstrap_management_key=_from_env(
-            env, "GATEWAY_BOOTSTRAP_MANAGEMENT_KEY", values.parse_bootstrap_key
-        ),
-        server=replace(
-            server,
-            host=server.host if host is None else host,
-            port=server.port if port is None else port,
-            workers=server.workers if workers is None else workers,
-        ),
-        providers=providers,
-        models=models,
-        webhooks=webhooks,
-        billing=billing,
-        log_level=_from_env(env, "GATEWAY_LOG_LEVEL", values.parse_log_level) or log_level,
-        files=files,
-        images=images,
-        fine_tuning=fine_tuning,
-        database=database,
-        actors=actors,
-        operator_keys=_from_env(env, "GATEWAY_OPERATOR_KEY", values.parse_operator_keys) or (),
+
+def _checked(config: Config, file: str, environ: Mapping[str, str]) -> Config:
+    """The checks across tables, and the values taken from variables the file names."""
+    providers = []
+    names: dict[str, str] = {}
+    for index, provider in enumerate(config.providers):
+        where = f"providers[{index}]"
+        if provider.name in names:
+            got, other = describe(provider.name), names[provider.name]
+            raise ConfigError(
+                file, f"{where}.name", f"duplicate provider name {got} (also {other})"
+            )
+        names[provider.name] = f"{where}.name"
+        if provider.api_key_env is not None:
+            if provider.api_key is not None:
+                problem = "set either api_key or api_key_env, not both"
+                raise ConfigError(file, f"{where}.api_key_env", problem)
+            key = environ.get(provider.api_key_env) or None  # unset: keyless (or BYOK)
+            if key is not None and not sendable_as_header(key):
+                problem = "the variable's value must be visible ASCII characters only (no spaces"
+                problem += " or controls): it is sent as a header"
+                raise ConfigError(file, f"{where}.api_key_env", problem)
+            provider = msgspec.structs.replace(provider, api_key=key)
+        providers.append(provider)
+    ids: dict[str, str] = {}
+    for index, model in enumerate(config.models):
+        where = f"models[{index}]"
+        if model.id in ids:
+            problem = f"duplicate model id {describe(model.id)} (also {ids[model.id]})"
+            raise ConfigError(file, f"{where}.id", problem)
+        ids[model.id] = f"{where}.id"
+        owner = next((p for p in providers if p.name == model.provider), None)
+        if owner is None:
+            got, known = describe(model.provider), ", ".join(sorted(names)) or "none"
+            problem = f"no provider named {got} (configured providers: {known})"
+            raise ConfigError(file, f"{where}.provider", problem)
+        if model.translations and owner.supports is not None and "audio" not in owner.supports:
+            raise ConfigError(
+                file,
+                f"{where}.translations",
+                f'the provider {describe(owner.name)} does not list "audio" in its supports, so'
+                " this model cannot serve translations",
+            )
+    default_model = config.images.default_model
+    if default_model is not None and default_model not in ids:
+        provider_name, slash, upstream = default_model.partition("/")
+        if not (slash and upstream and provider_name in names):
+            raise ConfigError(
+                file,
+                "images.default_model",
+                f"no [[models]] entry has the id {describe(default_model)}, and it is not"
+                " <provider>/<upstream model> of a configured provider",
+            )
+    if config.fine_tuning.poll_max_s < config.fine_tuning.poll_initial_s:
+        raise ConfigError(file, "fine_tuning.poll_max_s", "must be at least poll_initial_s")
+    for kind, settings in config.actors.items():
+        if settings.overflow == "drop_oldest" and kind not in FIRE_AND_FORGET_KINDS:
+            raise ConfigError(
+                file,
+                f"actors.{kind}.overflow",
+                '"drop_oldest" is only for actors whose senders need no answer'
+                f" ({', '.join(sorted(FIRE_AND_FORGET_KINDS))})",
+            )
+    return msgspec.structs.replace(
+        config, providers=tuple(providers), files=_s3_credentials(config, environ)
+    )
+
+
+def _s3_credentials(config: Config, environ: Mapping[str, str]) -> FilesConfig:
+    """`[files]` with the S3 credentials from the standard AWS variables (store = "s3" only)."""
+    if config.files.store != "s3":
+        return config.files
+    key_id = environ.get("AWS_ACCESS_KEY_ID", "").strip() or None
+    secret = environ.get("AWS_SECRET_ACCESS_KEY", "").strip() or None
+    if (key_id is None) != (secret is None):
+        missing = "AWS_SECRET_ACCESS_KEY" if secret is None else "AWS_ACCESS_KEY_ID"
+        raise ConfigError(ENVIRONMENT, missing, "must be set with its pair (or neither)")
+    return msgspec.structs.replace(
+        config.files, s3_access_key_id=key_id, s3_secret_access_key=secret
     )

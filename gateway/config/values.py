@@ -1,43 +1,125 @@
-"""Parsing and checking single configuration values: each `parse_*` takes what TOML (or an
-environment variable) gave and returns the typed value, or raises `InvalidValue` with the
-problem in words; the loader (loader.py) adds the file and key."""
+"""What a valid value is: the kinds of value the schema (schema.py) is written in, each an
+`Annotated` type whose `msgspec.Meta` holds the rule and, in `description`, the words for it
+(errors.py says "must be <description>, got <value>"); and the few checks a constraint cannot
+say, for a `__post_init__`, raising `FieldProblem`. `extra=SECRET` marks a value never shown,
+`extra=URL` one shown with its password masked. Nothing here does I/O.
+"""
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
-import math
 import re
-from collections.abc import Callable
+import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
 from urllib.parse import urlsplit
 
-from gateway.config.schema import LOG_LEVELS, redact_url
-from protocol.credentials import OPERATOR_PREFIX
-from protocol.provider_keys import sendable_as_header
+import msgspec
+from msgspec import Meta
 
-_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
-_PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+if TYPE_CHECKING:
+    Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
+else:  # msgspec takes one custom type per union: the common base, built by the loader's dec_hook
+    Network = ipaddress._BaseNetwork
+_NETWORK: type = ipaddress._BaseNetwork
+
+_MASK = "***"
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+SECRET = {"secret": True}  # Meta(extra=...): the value is never shown, only its type
+URL = {"url": True}  # Meta(extra=...): shown with its password masked
+
+# Kinds of value, each with its rule and the words for it (errors.py).
+NonEmpty = Annotated[str, Meta(pattern=r"\S")]
+Positive = Annotated[float, Meta(gt=0, le=sys.float_info.max)]  # finite and > 0
+PositiveInt = Annotated[int, Meta(ge=1)]
+Port = Annotated[int, Meta(ge=0, le=65535)]  # 0: any free port, for tests
+Price = Annotated[Decimal, Meta(description="a number of US dollars")]
+ProviderKind = Literal["anthropic", "cohere", "ollama", "openai", "vllm"]
+Capability = Literal["audio", "chat", "embeddings", "fine_tuning", "images", "rerank", "responses"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+HEADER_SECRET = "visible ASCII characters only (no spaces or controls): it is sent as a header"
 BOOTSTRAP_PREFIX = "service_mgmt_"
-OPERATOR_KEY_MIN_LENGTH = 32
+ApiKey = Annotated[str, Meta(pattern="^[!-~]+$", description=HEADER_SECRET, extra=SECRET)]
+# Not echoed: a common mistake is pasting the key itself here.
+_ENV_NAME = "the name of an environment variable (letters, digits and '_'), not the key itself"
+EnvName = Annotated[
+    str, Meta(pattern="^[A-Za-z_][A-Za-z0-9_]*$", description=_ENV_NAME, extra=SECRET)
+]
+_PROVIDER_NAME = "lowercase letters, digits, '_' and '-', starting with a letter or digit"
+ProviderName = Annotated[str, Meta(pattern="^[a-z0-9][a-z0-9_-]*$", description=_PROVIDER_NAME)]
+# S3's naming rules, dotted quads refused; region; object key prefix (storage/blobs/interface.py).
+_BUCKET = r"^(?![0-9]+(\.[0-9]+){3}$)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+_BUCKET_WORDS = "an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', a letter or digit"
+Bucket = Annotated[str, Meta(pattern=_BUCKET, description=_BUCKET_WORDS + " at both ends)")]
+_REGION_WORDS = 'a region name such as "us-east-1"'
+Region = Annotated[str, Meta(pattern="^[a-z0-9][a-z0-9-]{0,62}$", description=_REGION_WORDS)]
+_PREFIX_WORDS = (
+    "1 to 4 segments of letters, digits, '_', '.' and '-' (starting with a letter or digit),"
+    " each followed by '/', e.g. \"gateway/\""
+)
+KeyPrefix = Annotated[
+    str, Meta(pattern="^([A-Za-z0-9][A-Za-z0-9_.-]{0,127}/){1,4}$", description=_PREFIX_WORDS)
+]
+_REDIS = "a redis://, rediss:// or unix:// URL"
+# Normalised and checked by `normal_database_url`; empty: the default under data_dir.
+DatabaseUrl = Annotated[str, Meta(pattern=r"\S", extra=URL)]
+RedisUrl = Annotated[str, Meta(pattern="^(redis|rediss|unix)://", description=_REDIS, extra=URL)]
+_BOOTSTRAP = f'"{BOOTSTRAP_PREFIX}" followed by at least 16 characters'
+BootstrapKey = Annotated[
+    str, Meta(pattern=f"^{BOOTSTRAP_PREFIX}.{{16,}}", description=_BOOTSTRAP, extra=SECRET)
+]
+_MASTER = "base64 of exactly 32 bytes (e.g. from `openssl rand -base64 32`)"
+MasterKey = Annotated[bytes, Meta(min_length=32, max_length=32, description=_MASTER, extra=SECRET)]
+
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
+CAPABILITY_NAMES: tuple[str, ...] = get_args(Capability)
+PRICE_FIELDS = (
+    "input_usd_per_mtok",
+    "output_usd_per_mtok",
+    "usd_per_image",
+    "usd_per_search_unit",
+    "usd_per_1k_chars",
+    "usd_per_minute",
+    "training_usd_per_mtok",
+)
 
 
-class InvalidValue(Exception):
-    """A value's problem; the caller adds where the value came from."""
+class FieldProblem(ValueError):
+    """Raised by a `__post_init__`: `key` (relative to the struct) has `problem`."""
 
-    def __init__(self, problem: str) -> None:
+    def __init__(self, key: str, problem: str) -> None:
         super().__init__(problem)
+        self.key = key
         self.problem = problem
+
+
+def redact_url(url: str) -> str:
+    """Return `url` with the password (in the authority or a `password=` query parameter) as `***`.
+
+    For printing the database or Redis in use; never raises, whatever the input.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = len(rest)
+    for delimiter in "/?#":
+        index = rest.find(delimiter)
+        if index != -1:
+            end = min(end, index)
+    authority, tail = rest[:end], rest[end:]
+    # rpartition: an unencoded "@" in the user name or password stays on the userinfo side.
+    userinfo, at, hostport = authority.rpartition("@")
+    if at and ":" in userinfo:
+        user = userinfo.split(":", 1)[0]
+        authority = f"{user}:{_MASK}@{hostport}"
+    tail = _QUERY_PASSWORD.sub(lambda match: match.group(1) + _MASK, tail)
+    return f"{scheme}://{authority}{tail}"
 
 
 def describe(value: object, *, secret: bool = False) -> str:
     """The value as TOML would write it (or only its type, for secrets), for `got ...`."""
-    kind: str
     text: str | None = None
     if isinstance(value, bool):
         kind, text = "a boolean", "true" if value else "false"
@@ -48,156 +130,23 @@ def describe(value: object, *, secret: bool = False) -> str:
         kind, text = "an integer", str(value)
     elif isinstance(value, float):
         kind, text = "a float", repr(value)
-    elif isinstance(value, list):
-        kind = "an array"
-    elif isinstance(value, dict):
-        kind = "a table"
+    elif isinstance(value, list | dict):
+        kind = "an array" if isinstance(value, list) else "a table"
     else:
         kind = "a date/time"
     return kind if secret or text is None else text
 
 
-def parse_string(value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidValue(f"must be a string, got {describe(value)}")
-    if not value.strip():
-        raise InvalidValue("must not be empty")
-    return value
+def force(obj: msgspec.Struct, name: str, value: object) -> None:
+    """Set a field of a frozen struct, for a `__post_init__` that normalises a value."""
+    msgspec.structs.force_setattr(obj, name, value)
 
 
-def parse_secret(value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidValue(f"must be a string, got {describe(value, secret=True)}")
-    if not value.strip():
-        raise InvalidValue("must not be empty")
-    return value
-
-
-HEADER_SECRET = (
-    "must be visible ASCII characters only (no spaces or controls): it is sent as a header"
-)
-
-
-def parse_header_secret(value: object) -> str:
-    """A provider's API key: sent upstream as a header value, so visible ASCII only."""
-    secret = parse_secret(value)
-    if not sendable_as_header(secret):
-        raise InvalidValue(HEADER_SECRET)
-    return secret
-
-
-def integer_in(low: int, high: int | None = None) -> Callable[[object], int]:
-    wanted = f"an integer of at least {low}" if high is None else f"an integer from {low} to {high}"
-
-    def convert(value: object) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if value >= low and (high is None or value <= high):
-                return value
-        raise InvalidValue(f"must be {wanted}, got {describe(value)}")
-
-    return convert
-
-
-def parse_positive_number(value: object) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value) and value > 0:
-            return float(value)
-    raise InvalidValue(f"must be a finite number greater than 0, got {describe(value)}")
-
-
-def number_in(low: float, high: float) -> Callable[[object], float]:
-    def convert(value: object) -> float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if math.isfinite(value) and low <= value <= high:
-                return float(value)
-        raise InvalidValue(f"must be a number from {low:g} to {high:g}, got {describe(value)}")
-
-    return convert
-
-
-def parse_fraction(value: object) -> float:
-    """A number from 0 to 1 inclusive (a share, a sampling rate)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
-        return float(value)
-    raise InvalidValue(f"must be a number from 0 to 1, got {describe(value)}")
-
-
-def parse_bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidValue(f"must be true or false, got {describe(value)}")
-    return value
-
-
-def parse_price(value: object) -> Decimal:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise InvalidValue(f"must be a number of US dollars, got {describe(value)}")
-    # str() first: the float 0.15 is not exactly 0.15, but its shortest repr is what was written.
-    price = Decimal(str(value))
-    if price < 0:
-        raise InvalidValue(f"must not be negative, got {describe(value)}")
-    return price.copy_abs()  # exact; turns -0.0 into 0.0
-
-
-def parse_price_table(value: object) -> tuple[tuple[str, Decimal], ...]:
-    """An inline table of prices by name: `{ "1024x1024" = 0.04, "1024x1024/hd" = 0.08 }`."""
-    if not isinstance(value, dict):
-        raise InvalidValue(f"must be a table of prices by name, got {describe(value)}")
-    table: list[tuple[str, Decimal]] = []
-    for name, price in value.items():
-        try:
-            table.append((name, parse_price(price)))
-        except InvalidValue as exc:
-            raise InvalidValue(f"{describe(name)} {exc.problem}") from None
-    return tuple(table)
-
-
-def parse_document_tokens(value: object) -> int:
-    """The API: a reranker's per-document token maximum is from 512 to 16,000."""
-    if isinstance(value, int) and not isinstance(value, bool) and 512 <= value <= 16_000:
-        return value
-    raise InvalidValue(f"must be an integer from 512 to 16000, got {describe(value)}")
-
-
-def one_of(choices: frozenset[str] | tuple[str, ...]) -> Callable[[object], str]:
-    listed = ", ".join(choices if isinstance(choices, tuple) else sorted(choices))
-
-    def convert(value: object) -> str:
-        if isinstance(value, str) and value in choices:
-            return value
-        raise InvalidValue(f"must be one of {listed}, got {describe(value)}")
-
-    return convert
-
-
-def parse_log_level(value: object) -> str:
-    if isinstance(value, str) and value.upper() in LOG_LEVELS:
-        return value.upper()
-    raise InvalidValue(f"must be one of {', '.join(LOG_LEVELS)}, got {describe(value)}")
-
-
-def parse_provider_name(value: object) -> str:
-    name = parse_string(value)
-    if not _PROVIDER_NAME.fullmatch(name):
-        raise InvalidValue(
-            "must be lowercase letters, digits, '_' and '-', starting with a letter or digit, "
-            f"got {describe(name)}"
-        )
-    return name
-
-
-def parse_env_var_name(value: object) -> str:
-    # Not echoed: a common mistake is pasting the key itself here.
-    name = parse_secret(value)
-    if not _ENV_NAME.fullmatch(name):
-        raise InvalidValue(
-            "must be the name of an environment variable (letters, digits and '_'), "
-            "not the key itself"
-        )
-    return name
-
-
-def parse_http_url(value: object) -> str:
-    url = parse_string(value)
+def check_http_url(obj: msgspec.Struct, name: str) -> None:
+    """Check the http(s) URL in `obj.<name>` (if set) and drop its trailing slashes."""
+    url = getattr(obj, name)
+    if url is None:
+        return
     try:
         parts = urlsplit(url)
         valid = parts.scheme in ("http", "https") and bool(parts.hostname)
@@ -205,126 +154,57 @@ def parse_http_url(value: object) -> str:
     except ValueError:
         valid = False
     if not valid:
-        raise InvalidValue(f"must be an http:// or https:// URL, got {describe(redact_url(url))}")
-    return url.rstrip("/")
+        got = describe(redact_url(url))
+        raise FieldProblem(name, f"must be an http:// or https:// URL, got {got}")
+    force(obj, name, url.rstrip("/"))
 
 
-def parse_database_url(value: object) -> str:
-    if isinstance(value, str):
-        if value.startswith("postgres://"):
-            value = "postgresql://" + value.removeprefix("postgres://")
-        if value.startswith("postgresql://"):
-            return value
-        if value.startswith("sqlite:///") and value != "sqlite:///":
-            return value
-    got = describe(redact_url(value) if isinstance(value, str) else value)
-    raise InvalidValue(f"must be sqlite:///<path> or postgresql://..., got {got}")
+def exact_price(value: Decimal) -> Decimal:
+    if not value.is_finite():
+        raise ValueError(f"must be a number of US dollars, got {value.to_eng_string().lower()}")
+    if value < 0:
+        raise ValueError(f"must not be negative, got {value}")
+    return value.copy_abs()  # exact; turns -0.0 into 0.0
 
 
-def parse_redis_url(value: object) -> str:
-    if isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://")):
-        return value
-    got = describe(redact_url(value) if isinstance(value, str) else value)
-    raise InvalidValue(f"must be a redis://, rediss:// or unix:// URL, got {got}")
+def safe_repr(obj: msgspec.Struct, masked: frozenset[str], urls: frozenset[str]) -> str:
+    parts = []
+    for name in obj.__struct_fields__:
+        value = getattr(obj, name)
+        if name in masked and value is not None and value != ():
+            text = repr(_MASK)
+        elif name in urls and isinstance(value, str):
+            text = repr(redact_url(value))
+        else:
+            text = repr(value)
+        parts.append(f"{name}={text}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
 
 
-def parse_path(value: object) -> Path:
-    return Path(parse_string(value))
+def normal_database_url(url: str, data_dir: Path) -> str:
+    if not url:
+        return f"sqlite:///{data_dir}/gateway.db"
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url.removeprefix("postgres://")
+    if url.startswith("postgresql://") or (url.startswith("sqlite:///") and url != "sqlite:///"):
+        return url
+    got = describe(redact_url(url))
+    raise FieldProblem("database_url", f"must be sqlite:///<path> or postgresql://..., got {got}")
 
 
-def parse_master_key(value: object) -> bytes:
-    if isinstance(value, str):
-        try:
-            key = base64.b64decode(value.strip(), validate=True)
-        except ValueError:  # binascii.Error, or non-ASCII text
-            key = b""
-        if len(key) == 32:
-            return key
-    raise InvalidValue("must be base64 of exactly 32 bytes (e.g. from `openssl rand -base64 32`)")
-
-
-def parse_bootstrap_key(value: object) -> str:
-    if isinstance(value, str) and value.startswith(BOOTSTRAP_PREFIX):
-        if len(value) - len(BOOTSTRAP_PREFIX) >= 16:
-            return value
-    raise InvalidValue(f'must be "{BOOTSTRAP_PREFIX}" followed by at least 16 characters')
-
-
-def parse_operator_keys(value: object) -> tuple[str, ...]:
-    """One operator key, or several separated by commas (rotation: add the new one, move
-    clients over, remove the old one). Problems name the key's position, never its text."""
-    if not isinstance(value, str):
-        raise InvalidValue(f"must be a string, got {describe(value, secret=True)}")
-    keys = tuple(key.strip() for key in value.split(","))
-    for position, key in enumerate(keys, 1):
-        where = f"key {position} of {len(keys)}" if len(keys) > 1 else "the key"
-        if not key:
-            raise InvalidValue(f"has an empty key at position {position} (a stray comma?)")
-        if not key.startswith(OPERATOR_PREFIX):
-            raise InvalidValue(f'{where} must start with "{OPERATOR_PREFIX}"')
-        if len(key) < OPERATOR_KEY_MIN_LENGTH:
-            raise InvalidValue(
-                f"{where} must be at least {OPERATOR_KEY_MIN_LENGTH} characters long, "
-                f"got {len(key)} (e.g. {OPERATOR_PREFIX} and `openssl rand -hex 24`)"
-            )
-        if not _BEARER_TOKEN.fullmatch(key):
-            raise InvalidValue(
-                f"{where} may hold only ASCII letters, digits and - . _ ~ + / (and = at the "
-                "end), as a bearer token"
-            )
-    return keys
-
-
-def parse_bucket(value: object) -> str:
-    if isinstance(value, str) and _BUCKET.fullmatch(value) and ".." not in value:
-        if not re.fullmatch(r"[0-9]+(\.[0-9]+){3}", value):
-            return value
-    raise InvalidValue(
-        "must be an S3 bucket name (3-63 lowercase letters, digits, '.' and '-', a letter or "
-        f"digit at both ends), got {describe(value)}"
-    )
-
-
-_PREFIX_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
-
-
-def parse_key_prefix(value: object) -> str:
-    """An S3 key prefix: blob-key segments (storage/blobs/interface.py), each followed by "/"."""
-    if isinstance(value, str) and re.fullmatch(rf"(?:{_PREFIX_SEGMENT}/){{1,4}}", value):
-        return value
-    raise InvalidValue(
-        "must be 1 to 4 segments of letters, digits, '_', '.' and '-' (starting with a letter or"
-        f" digit), each followed by '/', e.g. \"gateway/\"; got {describe(value)}"
-    )
-
-
-def parse_region(value: object) -> str:
-    if isinstance(value, str) and _REGION.fullmatch(value):
-        return value
-    raise InvalidValue(f'must be a region name such as "us-east-1", got {describe(value)}')
-
-
-def parse_cidr(value: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-    if isinstance(value, str):
+def decode_custom(kind: type, value: Any) -> object:
+    """msgspec's dec_hook: the types it does not know (a path, a CIDR network)."""
+    if kind is Path and isinstance(value, str):
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return Path(value)
+    if kind is Path:
+        raise ValueError(f"must be a string, got {describe(value)}")
+    if kind is _NETWORK and isinstance(value, str):
         try:
             return ipaddress.ip_network(value.strip(), strict=False)
         except ValueError:
             pass
-    raise InvalidValue(f'must be a CIDR network such as "127.0.0.0/8", got {describe(value)}')
-
-
-def from_env_int(convert: Callable[[object], int]) -> Callable[[object], int]:
-    """Adapt an integer converter to environment strings; "80a" is reported as given."""
-
-    def from_env(value: object) -> int:
-        if isinstance(value, str) and re.fullmatch(r"[0-9]+", value):
-            return convert(int(value))
-        return convert(value)
-
-    return from_env
-
-
-parse_port = integer_in(0, 65535)  # 0: any free port, for tests
-parse_positive_int = integer_in(1)
-parse_head_bytes = integer_in(1024, 1_048_576)  # a request line must fit; past 1 MiB is abuse
-parse_header_count = integer_in(1, 10_000)
+    if kind is _NETWORK:
+        raise ValueError(f'must be a CIDR network such as "127.0.0.0/8", got {describe(value)}')
+    raise NotImplementedError(kind)

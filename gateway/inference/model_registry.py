@@ -10,7 +10,9 @@ once its record was read: it keeps its `ft:` name as id. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import replace
 
 from gateway.config import ModelConfig, ProviderConfig
 from protocol.audio.transcription import supports_translation

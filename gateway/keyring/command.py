@@ -25,7 +25,8 @@ import secrets
 import sys
 from collections.abc import Mapping
 
-from gateway.config import Config, ConfigError
+from gateway.config import Config
+from gateway.config.loader import master_key_variable
 from gateway.config.master_key import (
     MASTER_KEY_FILE,
     NEXT_KEY_FILE,
@@ -34,8 +35,6 @@ from gateway.config.master_key import (
     sync_directory,
     write_key_file,
 )
-from gateway.config.table import ENVIRONMENT
-from gateway.config.values import InvalidValue, parse_master_key
 from gateway.keyring.rotate import RotationError, RotationReport, rotate_master_key
 from protocol.keyring import key_id
 from storage.open import open_storage
@@ -104,13 +103,7 @@ async def rotate_command(config: Config, environ: Mapping[str, str]) -> int:
 
 
 def _given_new_key(environ: Mapping[str, str]) -> bytes | None:
-    value = environ.get(NEW_KEY_ENV, "").strip()
-    if not value:
-        return None
-    try:
-        return parse_master_key(value)
-    except InvalidValue as exc:
-        raise ConfigError(ENVIRONMENT, NEW_KEY_ENV, exc.problem) from None
+    return master_key_variable(environ, NEW_KEY_ENV)
 
 
 def _print_report(report: RotationReport, new_id: str) -> None:

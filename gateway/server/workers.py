@@ -27,7 +27,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext, SpawnProcess
@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 
 import trio
+from msgspec.structs import replace
 
 from gateway.config import Config
 from gateway.operations.metrics_shared import ENV as METRICS_ENV

@@ -44,11 +44,17 @@ def test_a_table_overrides_only_the_keys_it_sets(tmp_path: Path) -> None:
     [
         ("[actors.rate_limiter]\ninbox_capacity = 0", "actors.rate_limiter", "inbox_capacity"),
         ("[actors.rate_limiter]\nmax_restarts = -2", "actors.rate_limiter", "max_restarts"),
-        ('[actors.rate_limiter]\noverflow = "never"', "actors.rate_limiter", "overflow"),
-        ("[actors.rate_limiter]\nbackoff = 1", "actors.rate_limiter", "unknown field `backoff`"),
+        (
+            '[actors.rate_limiter]\noverflow = "never"',
+            "actors.rate_limiter.overflow",
+            'must be one of drop_oldest, reject, wait, got "never"',
+        ),
+        ("[actors.rate_limiter]\nbackoff = 1", "actors.rate_limiter.backoff", "unknown key"),
         ("[actors.ratelimiter]\ninbox_capacity = 2", "actors.ratelimiter", "unknown actor kind"),
         ('[actors.accountant]\noverflow = "drop_oldest"', "actors.accountant.overflow", "only"),
         ("[actors]\nrate_limiter = 3", "actors.rate_limiter", "must be a table"),
+        ("[actors]\nrate_limiter = [{}]", "actors.rate_limiter", "must be a table"),
+        ("actors = 1", "actors", "must be a table ([actors]), got 1"),
     ],
 )
 def test_bad_values_fail_with_file_key_and_reason(

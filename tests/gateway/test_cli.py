@@ -66,11 +66,12 @@ async def _stop(process: trio.Process) -> int:
 
 async def test_bad_config_file_exits_nonzero_naming_file_and_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text('[server]\nport = "eighty"\n')
+    # Not `port`: _env sets GATEWAY_PORT, and a variable replaces the file's value unchecked.
+    bad.write_text('[server]\nworkers = "two"\n')
     result = await _run(_gateway("serve", "--config", str(bad)), _env(tmp_path), tmp_path)
     assert result.returncode == 2
     err = result.stderr.decode()
-    assert str(bad) in err and "server.port" in err and "Traceback" not in err
+    assert str(bad) in err and "server.workers" in err and "Traceback" not in err
 
 
 async def test_a_bad_operator_key_stops_serve_with_a_clear_message(tmp_path: Path) -> None:

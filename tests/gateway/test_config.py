@@ -262,7 +262,11 @@ max_document_tokens = 16000
         ("max_document_tokens = 1.5e3", "max_document_tokens", "an integer from 512"),
         ("usd_per_image_by = 0.04", "usd_per_image_by", "a table of prices by name"),
         ('usd_per_image_by = { "512x512" = -1 }', "usd_per_image_by", '"512x512" must not be'),
-        ('usd_per_image_by = { "512x512" = "1" }', "usd_per_image_by", "number of US dollars"),
+        (
+            'usd_per_image_by = { "512x512" = "one" }',
+            "usd_per_image_by[0][1]",  # the first entry's price
+            'must be a number of US dollars, got "one"',
+        ),
     ],
 )
 def test_unit_settings_of_a_model_are_checked(
@@ -273,6 +277,13 @@ def test_unit_settings_of_a_model_are_checked(
         load_text(tmp_path, text)
     assert caught.value.key == f"models[0].{key}"
     assert problem in caught.value.problem
+
+
+def test_a_price_may_be_written_as_a_string_of_its_exact_decimal(tmp_path: Path) -> None:
+    text = MODEL + "usd_per_image = '0.04'\nusd_per_image_by = { \"1024x1024\" = '0.080' }\n"
+    (model,) = load_text(tmp_path, text).models
+    assert model.usd_per_image == Decimal("0.04")
+    assert model.usd_per_image_by == (("1024x1024", Decimal("0.080")),)
 
 
 def test_translations_is_a_model_setting_defaulting_to_none(tmp_path: Path) -> None:
@@ -635,7 +646,8 @@ FILE_ERRORS = [
     (MODEL.removeprefix(P), "models[0].provider", "(configured providers: none)"),
     (MODEL + "upstream = 3\n", "models[0].upstream", "must be a string, got 3"),
     (MODEL + "input_usd_per_mtok = -0.1\n", "models[0].input_usd_per_mtok", "negative, got -0.1"),
-    (MODEL + "usd_per_image = '0.04'\n", "models[0].usd_per_image", f'{DOLLARS}, got "0.04"'),
+    (MODEL + "usd_per_image = 'cheap'\n", "models[0].usd_per_image", f'{DOLLARS}, got "cheap"'),
+    (MODEL + "usd_per_image = true\n", "models[0].usd_per_image", f"{DOLLARS}, got true"),
     (MODEL + "usd_per_minute = nan\n", "models[0].usd_per_minute", f"{DOLLARS}, got nan"),
     # webhooks and billing
     (NETS + "['127.0.0.0/8', '10.0.0.0/33']\n", "webhooks.allowed_private_networks[1]", CIDR),

@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from msgspec.structs import replace
 
 from gateway.config.schema import ServerConfig
 from gateway.server import http1

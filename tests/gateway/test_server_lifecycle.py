@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
+from msgspec.structs import replace
 
 from gateway.server.serve import Served, run_until_signalled
 from gateway.web import Auth, Operation, Request, Routes, StreamResponse
