@@ -13,7 +13,13 @@ never restarted (a broken stream cannot resume); one that crashes closes its cha
 client's stream ends, and is not a failure of the instance. `StreamRelays.cut()` (the
 graceful drain is running out, gateway/server/serve.py) ends every stream still relaying the
 way a broken one ends, with the code `server_shutting_down`, so its client gets a whole
-response rather than a cut connection."""
+response rather than a cut connection.
+
+`[actors.stream_relay]` (the root supervisor's settings, inherited by `stream-relays`, or
+given to `StreamRelays`): `inbox_capacity` is each relay's channel capacity (the frames
+buffered for a slow client; the tree shows each relay's channel as its inbox). The other
+knobs cannot apply to a relay: set to anything but their default, the relays' supervisor
+refuses to start, naming them (actors/settings.py `kind_problems`)."""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import trio
 
 from actors.base import Actor
 from actors.http1_pool import Response
+from actors.settings import DEFAULTS, ActorSettings, kind_problems
 from actors.supervisor import RestartPolicy, Supervisor
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
@@ -33,7 +40,7 @@ from protocol.openai_chat import ChunkRelay, error_frame
 from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
 from protocol.usage import Usage
 
-CHANNEL_CAPACITY = 16
+CHANNEL_CAPACITY = DEFAULTS["stream_relay"].inbox_capacity  # frames; [actors.stream_relay]
 SHUTDOWN_TYPE = "server_error"
 SHUTDOWN_CODE = "server_shutting_down"
 SHUTDOWN_MESSAGE = (
@@ -103,12 +110,18 @@ class StreamRelays:
     kind `stream_relay` with its bytes, chunks and age, never restarted (a broken stream
     cannot resume) and never counted as a failure of the instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: ActorSettings | None = None) -> None:
         self.supervisor = _RelaySupervisor(self)
+        self._settings = settings  # None: the supervisor's `stream_relay` settings
         self.stats = RelayStats()
         self._reading: set[trio.CancelScope] = set()
         self._cutting = False
         self._numbered = 0
+
+    def settings(self) -> ActorSettings:
+        """`[actors.stream_relay]`: given, else inherited by the supervisor from its parent."""
+        inherited = self.supervisor.kind_settings.get(StreamRelay.kind)
+        return self._settings or inherited or DEFAULTS[StreamRelay.kind]
 
     def cut(self) -> None:
         """End every stream still relaying, and any that starts from now on, with an error
@@ -148,7 +161,7 @@ class StreamRelays:
         `api_key`: the org's own key (bring-your-own-key); `on_cut` is called when `cut()`
         ended the stream; `model` labels the relay in the actor tree."""
         self._numbered += 1
-        send, receive = trio.open_memory_channel[bytes](CHANNEL_CAPACITY)
+        send, receive = trio.open_memory_channel[bytes](self.settings().inbox_capacity)
         relay = StreamRelay(
             f"stream-{self._numbered}", self, client, path, body, frames, send, api_key, on_cut
         )
@@ -183,6 +196,12 @@ class _RelaySupervisor(Supervisor):
 
     def statistics(self) -> dict[str, object]:
         return {**super().statistics(), **self._relays.statistics()}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        problems = kind_problems(StreamRelay.kind, self._relays.settings())
+        if problems:  # at start: the runtime stops with the reason, as for a bad config
+            raise ValueError("; ".join(problems))
+        await super().run(task_status=task_status)
 
 
 class StreamRelay(Actor):
@@ -219,6 +238,13 @@ class StreamRelay(Actor):
         self.began = trio.current_time()
         self.scope = trio.CancelScope()  # cancelled when the request is done with the stream
         self.ended = trio.Event()
+
+    def inbox_depth(self) -> int:
+        """Frames waiting for the client (the relay's channel is its inbox in the tree)."""
+        return self.out.statistics().current_buffer_used
+
+    def inbox_capacity(self) -> int:
+        return int(self.out.statistics().max_buffer_size)
 
     def statistics(self) -> dict[str, object]:
         return {

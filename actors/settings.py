@@ -73,9 +73,40 @@ DEFAULTS: dict[str, ActorSettings] = {
     "accountant": ActorSettings(overflow="wait", inbox_capacity=4096),
     "auto_replenish": ActorSettings(overflow="drop_oldest", inbox_capacity=256),
     "batch_writer": ActorSettings(overflow="wait", inbox_capacity=8192),
-    "stream_relay": ActorSettings(overflow="wait", inbox_capacity=64, max_restarts=0),
+    # inbox_capacity: the frames buffered between a relay and its client (actors/relay.py).
+    "stream_relay": ActorSettings(overflow="wait", inbox_capacity=16, max_restarts=0),
     # Deliveries back off longer: a receiver that is down stays down for a while.
     "webhook_delivery": ActorSettings(inbox_capacity=64, initial_backoff_s=1.0, max_backoff_s=60.0),
     "background": ActorSettings(),  # janitors, watchers, pollers
 }
 FIRE_AND_FORGET_KINDS = frozenset({"auto_replenish", "batch_writer"})
+
+# Knobs that cannot apply to a kind: set to anything but the kind's default, refused with why.
+_NOT_FOR_KIND: dict[str, tuple[tuple[str, ...], str]] = {
+    "stream_relay": (
+        (
+            "overflow",
+            "initial_backoff_s",
+            "max_backoff_s",
+            "max_restarts",
+            "restart_window_s",
+            "on_give_up",
+            "idle_retire_s",
+        ),
+        "a stream relay is never restarted (a broken stream cannot resume) nor retired, and"
+        ' its channel only waits ("wait": a slow client slows the upstream reads; a stream'
+        " cannot skip nor refuse frames); only inbox_capacity applies",
+    ),
+}
+
+
+def kind_problems(kind: str, settings: ActorSettings) -> list[str]:
+    """What in `[actors.<kind>]` cannot apply to that kind, one sentence per knob (empty
+    when all of it applies). Checked where the kind's actors start (the relays' supervisor)."""
+    knobs, why = _NOT_FOR_KIND.get(kind, ((), ""))
+    default = DEFAULTS.get(kind)
+    return [
+        f"[actors.{kind}] {knob} = {getattr(settings, knob)!r} does not apply: {why}"
+        for knob in knobs
+        if default is not None and getattr(settings, knob) != getattr(default, knob)
+    ]

@@ -7,13 +7,15 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 import trio
 import trio.lowlevel
 import trio.testing
 
 from actors.relay import CHANNEL_CAPACITY, OpenAIFrames, StreamRelays
-from actors.supervisor import ActorSnapshot
+from actors.settings import DEFAULTS, ActorSettings
+from actors.supervisor import ActorSnapshot, Supervisor
 from protocol.openai_chat import ChunkRelay
 
 
@@ -227,3 +229,42 @@ async def test_a_source_with_its_own_failure_ends_a_broken_stream_its_way() -> N
         assert events[-2].startswith(b"event: response.failed\n")
         assert b'"error":{"message"' not in out  # no chat error frame
         assert frames.response.status == "failed" and relays.statistics()["broken"] == 1
+
+
+async def test_stream_relay_settings_reach_each_relay_through_the_supervisor(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`[actors.stream_relay]`, given to the root supervisor, is inherited by `stream-relays`:
+    its inbox_capacity is each relay's channel (shown as the relay's inbox in the tree)."""
+    relays = StreamRelays()
+    body = EndlessBody()
+    settings = {"stream_relay": ActorSettings(inbox_capacity=3, max_restarts=0)}
+    async with trio.open_nursery() as nursery:
+        root = Supervisor("root", settings=settings)
+        await nursery.start(root.run)
+        await root.start(relays.supervisor)
+        async with relays.open(FakeClient(body), "p", b"", _frames()):  # type: ignore[arg-type]
+            await trio.sleep(60)
+            assert 3 <= body.reads <= 3 + 2  # stalls at the configured channel, not 16
+            (node,) = relay_nodes(relays)
+            assert (node.inbox_capacity, node.inbox_depth) == (3, 3)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [("max_restarts", 3), ("overflow", "reject"), ("initial_backoff_s", 1.0)],
+)
+async def test_a_stream_relay_knob_that_cannot_apply_is_refused_at_start(
+    knob: str, value: object
+) -> None:
+    relays = StreamRelays()
+    tuned = msgspec.structs.replace(DEFAULTS["stream_relay"], **{knob: value})
+    async with trio.open_nursery() as nursery:
+        root = Supervisor("root", settings={"stream_relay": tuned})
+        await nursery.start(root.run)
+        with pytest.raises(
+            ValueError, match=rf"\[actors.stream_relay\] {knob} = .* does not apply"
+        ):
+            await root.start(relays.supervisor)
+        nursery.cancel_scope.cancel()

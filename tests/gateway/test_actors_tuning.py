@@ -67,3 +67,24 @@ async def test_the_admin_tree_and_metrics_show_kinds_and_inboxes(gateway: Gatewa
     assert 'gateway_actor_restarts_by_kind{kind="batch_writer"} 0' in text
     assert 'gateway_actor_inbox_depth{kind="batch_writer"}' in text
     assert 'gateway_actor_messages_handled{kind="batch_writer"}' in text
+
+
+async def test_stream_relay_settings_from_the_config_reach_the_relays(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = "[actors.stream_relay]\ninbox_capacity = 4\n"
+    async with running_gateway(gateway_config(database_url, tmp_path, toml=toml)) as gw:
+        assert gw.runtime.relays.settings().inbox_capacity == 4
+
+
+async def test_a_stream_relay_knob_that_cannot_apply_stops_the_start(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = "[actors.stream_relay]\nmax_restarts = 3\n"
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(ValueError, match=r"max_restarts = 3 does not apply"),
+        allow_unwrapped=True,
+        flatten_subgroups=True,
+    ):
+        async with running_gateway(gateway_config(database_url, tmp_path, toml=toml)):
+            pass
