@@ -106,6 +106,8 @@ DEFAULTS: dict[str, ActorSettings] = {
     ),
     "background": ActorSettings(),  # janitors, watchers, pollers
 }
+# Not "accountant": its settlements are fire-and-forget too, but they carry money, so its
+# usage-rows writer keeps every one (`BatchWriter(keep_all=True)` refuses "drop_oldest").
 FIRE_AND_FORGET_KINDS = frozenset({"auto_replenish", "batch_writer"})
 
 # Knobs that cannot apply to a kind: set to anything but the kind's default, refused with why.
