@@ -1,13 +1,17 @@
 """The accountant: holds each organization's spendable balance in memory (actors/accounts.py),
 reserves a request's maximum cost before its upstream call, settles the actual charge after,
-and writes usage to the ledger in batches (on size, every `flush_interval_s`, and on stop).
+and writes usage to the ledger in batches through its `BatchWriter` `usage-rows` (on size,
+every `flush_interval_s`, and on stop), which runs inside the accountant.
 
 A reservation that needs no I/O is a plain call (`reserve_now`): nothing runs between check
 and hold, so concurrent requests of one org cannot both spend the same credit. One that needs
 I/O is a message through the inbox, answered by a task of the running accountant, which then
 takes the same step (actors/asking.py; the cost of a message: docs/decisions.md). Settle never
-waits. A crash loses at most the unflushed batch (unbilled, never charged twice: a failed
-flush is retried skipping the ids already stored). A charge settled for a request still
+waits, and its charge is never refused nor dropped (the writer's `keep_all`): the settings'
+`inbox_capacity` bounds the rows queued by holding back new reservations instead (they wait,
+or are refused with overflow "reject"). A crash of the accountant keeps the queue (it lives on
+the instance) and a stop flushes it, shielded and bounded; a failed write is retried skipping
+the ids already stored (never charged twice). A charge settled for a request still
 answering (`awaits_event`) waits for its end and is written with its `completion.*` event in
 one transaction (actors/awaiting_charges.py).
 """
@@ -16,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -32,8 +37,9 @@ from actors.accounts import (
 )
 from actors.asking import Asking
 from actors.auto_replenish import AutoReplenish
-from actors.awaiting_charges import AwaitingCharges
+from actors.awaiting_charges import AwaitingCharges, Waiting
 from actors.base import Actor
+from actors.batch_writer import BatchWriter
 from actors.errors import RedisUnavailable
 from actors.flushing import flush_shielded
 from actors.settings import DEFAULTS, ActorSettings
@@ -70,12 +76,6 @@ class AccountantStats:
     shared_unavailable: int = 0  # reservations that fell back to this instance's view
 
 
-@dataclass
-class _Queue:
-    charges: list[UsageCharge] = field(default_factory=list)
-    retry: bool = False  # the head of the queue failed once: skip ids already stored
-
-
 class Accountant(Actor):
     kind = "accountant"
 
@@ -101,14 +101,24 @@ class Accountant(Actor):
         self._serving = False  # started (and not stopped): reservations needing I/O are asked
         self._ledger = ledger
         self._flush_interval_s = flush_interval_s
-        self._batch_size = batch_size
         self._v = Views(ledger, orgs, balance_ttl_s)  # what this instance knows of balances
         self._exhausted_noted: set[tuple[str, str]] = set()
-        self._queue = _Queue()
+        # Settled charges (with their Redis settlements) on their way to the ledger; never
+        # refused nor dropped: its capacity holds back reservations instead (`keep_all`).
+        self._rows: BatchWriter[Waiting] = BatchWriter(
+            "usage-rows",
+            partial(self._write_usage, retry=False),
+            rewrite=partial(self._write_usage, retry=True),
+            settings=settings,
+            keep_all=True,
+            max_batch=batch_size,
+            flush_interval_s=flush_interval_s,
+            flush_limit_s=_FLUSH_LIMIT_S,
+        )
         self._awaiting = AwaitingCharges()  # settled, waiting for their request's end
         self._wake = trio.Event()
         self._shared = shared
-        self._shared_queue: list[Settlement] = []  # Redis settlements for the next flush
+        self._shared_queue: list[Settlement] = []  # Redis settlements due (rows stored)
         # Its own actor (started by the runtime next to this one): top-ups found due by a flush.
         self.replenisher = (
             None
@@ -127,7 +137,7 @@ class Accountant(Actor):
         s = self.stats
         return {
             "orgs": len(self._v.orgs),
-            "queued": len(self._queue.charges),
+            "queued": self._rows.queued(),
             "awaiting_request_end": len(self._awaiting),
             "reserved": s.reserved,
             "refused": s.refused,
@@ -138,6 +148,7 @@ class Accountant(Actor):
             "shared_unavailable": s.shared_unavailable,
             "reserving": self._asking.answering,
             "inbox": self._asking.inbox.statistics(),
+            "usage_rows": self._rows.statistics(),
         }
 
     def inbox_depth(self) -> int:
@@ -162,7 +173,7 @@ class Accountant(Actor):
     ) -> Reservation | None:
         """`reserve` without I/O: the usual case, where this instance alone holds (no Redis)
         and the views it needs are fresh. None when it would need I/O: call `reserve`."""
-        if self._shared is not None:
+        if self._shared is not None or not self._rows.has_room():
             return None
         view = self._v.usable(org_id)
         if view is None:
@@ -185,9 +196,12 @@ class Accountant(Actor):
         than refusing all traffic; docs/decisions.md, "shared holds".
 
         Asked of the running accountant through its inbox (and waiting there while it
-        restarts); answered here when it is not running (tools, tests, shutdown)."""
+        restarts); answered here when it is not running (tools, tests, shutdown). While the
+        usage rows queued reach the settings' `inbox_capacity`, waits for the writer (or
+        `InboxFull`: overflow "reject", or the ledger not writing within 30 s)."""
         if not self._serving:
             return await self._reserve(org_id, micros, budget)
+        await self._rows.room()
         return await self._asking.ask((org_id, micros, budget))
 
     async def _answer(self, question: _Question) -> Reservation:
@@ -320,11 +334,8 @@ class Accountant(Actor):
         self.stats.settled += 1
 
     def _enqueue(self, charge: UsageCharge, settlement: Settlement | None) -> None:
-        if settlement is not None:
-            self._shared_queue.append(settlement)
-        self._queue.charges.append(charge)
-        if len(self._queue.charges) >= self._batch_size:
-            self._wake.set()
+        # A hold in Redis blocks other instances until settled, after its row is stored.
+        self._rows.offer((charge, settlement), urgent=settlement is not None)
 
     def request_ended(self, request_id: str, event: NewEvent | None) -> bool:
         """The request whose charge awaits its end has ended: queue the charge with `event`
@@ -393,23 +404,25 @@ class Accountant(Actor):
     def pending_micros(self, org_id: str) -> int:
         return self._v.pending_micros(org_id)
 
-    # -- the flusher -------------------------------------------------------------------
+    # -- the writer -------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as tasks:
                 self._v.tasks = tasks
+                await tasks.start(self._rows.run)
                 tasks.start_soon(self._asking.serve, tasks)
                 self._serving = True
                 if self._shared is not None:
                     tasks.start_soon(self._heartbeats, self._shared)
                 task_status.started()
-                while True:
-                    with trio.move_on_after(self._flush_interval_s):
+                while True:  # charges done waiting for their request go to the writer, and
+                    with trio.move_on_after(self._flush_interval_s):  # Redis is settled
                         await self._wake.wait()
                     self._wake = trio.Event()
-                    if not await flush_shielded(self.flush_due, _FLUSH_LIMIT_S):
-                        log.error("a flush took over %s s; its batch is retried", _FLUSH_LIMIT_S)
+                    self._release_awaiting(trio.current_time())
+                    if not await flush_shielded(self._send_shared, _FLUSH_LIMIT_S):
+                        log.error("settling in Redis took over %s s; retried", _FLUSH_LIMIT_S)
         finally:
             if trio.current_effective_deadline() == -math.inf:
                 self._serving = False  # stopped (not crashed): nobody will read the inbox
@@ -419,7 +432,7 @@ class Accountant(Actor):
                 log.error(
                     "the final flush took over %s s: %d usage charges were not written",
                     _FLUSH_LIMIT_S,
-                    len(self._queue.charges) + len(self._awaiting),
+                    self._rows.queued() + len(self._awaiting),
                 )
 
     async def _heartbeats(self, shared: SharedHolds) -> None:
@@ -432,63 +445,51 @@ class Accountant(Actor):
             await trio.sleep(HEARTBEAT_S)
 
     async def flush(self) -> None:
-        """Write everything settled so far in one transaction, charges still awaiting their
-        request's end included (their events, if any, then go to the event writer). On
-        failure the batch stays queued (in order) and is retried on the next flush. Then,
-        with Redis, count the written charges and release their holds there (after the
-        database has them: a value read from it meanwhile can only count a charge twice,
-        never miss it)."""
-        await self._flush_shared(await self._flush_usage(everything=True))
+        """Write everything settled so far, charges still awaiting their request's end
+        included (their events, if any, then go to the event writer). On failure the batch
+        stays queued (in order) and is retried on the next flush. Then, with Redis, count the
+        written charges and release their holds there (after the database has them: a value
+        read from it meanwhile can only count a charge twice, never miss it)."""
+        self._release_awaiting(None)
+        await self._rows.flush()
+        await self._send_shared()
 
     async def flush_due(self) -> None:
-        """The loop's flush: as `flush`, but charges awaiting their request's end wait for it
-        (up to `awaiting_charges.LIMIT_S`)."""
-        await self._flush_shared(await self._flush_usage(everything=False))
+        """As `flush`, but charges awaiting their request's end wait for it (`LIMIT_S`)."""
+        self._release_awaiting(trio.current_time())
+        await self._rows.flush()
+        await self._send_shared()
 
-    async def _flush_usage(self, *, everything: bool) -> list[Settlement]:
-        """The usage write; returns the Redis settlements whose charges are now stored."""
+    def _release_awaiting(self, now: float | None) -> None:
+        for charge, settlement in self._awaiting.take(waited_since=now):
+            self._enqueue(charge, settlement)
+
+    async def _write_usage(self, batch: list[Waiting], *, retry: bool) -> None:
+        """The usage writer's write (`retry`: a batch whose outcome is unknown, its stored
+        rows skipped): one transaction, then this instance's views, then the batch's Redis
+        settlements are due. Under the views' lock: a re-read never sees half of it."""
         async with self._v.lock:
-            now = None if everything else trio.current_time()
-            for charge, settlement in self._awaiting.take(waited_since=now):
-                self._enqueue(charge, settlement)
-            shared, self._shared_queue = self._shared_queue, []
-            queue = self._queue
-            if not queue.charges:
-                return shared
-            batch, retry = queue.charges, queue.retry
-            self._queue = _Queue()
-            written = False
+            charges = [charge for charge, _ in batch]
             try:
-                settled = await self._ledger.settle(batch, skip_stored=retry)
-                written = True
-            except Exception:
-                log.exception("writing %d usage rows failed; retrying", len(batch))
-                return []
-            finally:
-                if not written:  # failed, or cut off by _FLUSH_LIMIT_S: outcome unknown
-                    self.stats.flush_failures += 1
-                    self._queue = _Queue(batch + self._queue.charges, retry=True)
-                    self._shared_queue = shared + self._shared_queue
+                settled = await self._ledger.settle(charges, skip_stored=retry)
+            except BaseException:  # failed, or cut off by _FLUSH_LIMIT_S: retried
+                self.stats.flush_failures += 1
+                raise
             self.stats.flushes += 1
             self.stats.rows_written += len(batch)
-            flushed: dict[str, int] = {}
-            for charge in batch:
-                flushed[charge.org_id] = flushed.get(charge.org_id, 0) + charge.micros
-            for org_id, micros in flushed.items():
-                view = self._v.orgs.get(org_id)
-                if view is not None:
-                    view.pending -= micros
-                    if org_id not in settled.balances:  # a retry found all its rows stored
-                        view.loaded_at = -math.inf  # balance not read back: re-read it
-                        continue
-                    view.balance = settled.balances[org_id]
-                    if org_id in settled.replenish_due and self.replenisher is not None:
-                        self.replenisher.due(org_id)
-            self._v.flushed_keys(batch, settled.key_spend)
-            return shared
+            self._v.written(charges, settled)
+            if self.replenisher is not None:
+                for org_id in sorted(settled.replenish_due):
+                    self.replenisher.due(org_id)
+            settlements = [s for _, s in batch if s is not None]
+        if settlements:
+            self._shared_queue.extend(settlements)
+            self._wake.set()
 
-    async def _flush_shared(self, batch: list[Settlement]) -> None:
-        """Also how this instance reconciles with Redis after a failure (actors/shared_holds.py)."""
+    async def _send_shared(self) -> None:
+        """Also how this instance reconciles with Redis after a failure (actors/shared_holds.py);
+        `SharedHolds.settle` takes the batch before its first await (cut off, it stays owed)."""
+        batch, self._shared_queue = self._shared_queue, []
         if self._shared is None:
             return
         try:

@@ -16,7 +16,7 @@ import trio
 from actors.shared_holds import SharedHolds
 from protocol.billing import KeyBudget, Period, day_of, month_of
 from protocol.timefmt import now_us
-from storage.ledger import LedgerRepository, UsageCharge
+from storage.ledger import LedgerRepository, Settled, UsageCharge
 from storage.orgs import OrgRepository
 
 log = logging.getLogger("gateway.accountant")
@@ -175,6 +175,22 @@ class Views:
             view.spent = {day_of(wall).label: day, month_of(wall).label: month}
             view.loaded_at = now
             return view
+
+    def written(self, batch: list[UsageCharge], settled: Settled) -> None:
+        """A batch is stored: move its charges from pending to the balances read back (an
+        org a retry found all stored is re-read), and its keys' spend likewise."""
+        flushed: dict[str, int] = {}
+        for charge in batch:
+            flushed[charge.org_id] = flushed.get(charge.org_id, 0) + charge.micros
+        for org_id, micros in flushed.items():
+            view = self.orgs.get(org_id)
+            if view is not None:
+                view.pending -= micros
+                if org_id in settled.balances:
+                    view.balance = settled.balances[org_id]
+                else:  # a retry found all its rows stored: balance not read back
+                    view.loaded_at = -math.inf
+        self.flushed_keys(batch, settled.key_spend)
 
     def flushed_keys(self, batch: list[UsageCharge], totals: dict[tuple[str, str], int]) -> None:
         """Move the batch's key spend from pending to stored (capped keys only have views)."""

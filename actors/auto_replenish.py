@@ -94,8 +94,7 @@ class AutoReplenish(Actor):
             if self._inbox.overflow != "drop_oldest":
                 self._inbox.rejected += 1
                 return  # still due: found again at the org's next usage flush
-            self._waiting.discard(self._inbox.receive_nowait())
-            self._inbox.dropped += 1
+            self._waiting.discard(self._inbox.drop_oldest())
             self._inbox.send_nowait(org_id)
         self._waiting.add(org_id)
 

@@ -11,6 +11,14 @@ written twice. The inbox's `overflow` (settings kind "batch_writer") says what a
 does: `put` applies it fully; `offer` never waits, so under "wait" or "reject" it refuses the
 new item (counted in `dropped`), under "drop_oldest" it drops the oldest.
 
+`keep_all=True` is for items that carry money (the accountant's usage rows): an item is never
+refused nor dropped. `offer` always takes it, and the inbox's capacity bounds the admission of
+new work instead: the sender of the work that will produce items (a reservation) awaits
+`room()` first, which waits while `inbox_capacity` items are queued (overflow "wait") or
+raises `InboxFull` (overflow "reject"); "drop_oldest" is refused at construction (and by the
+config for the kinds whose actors carry money). So the queue holds at most the capacity plus
+the work already admitted.
+
 Users: the event writer (actors/event_writer.py), the last-used recorder
 (actors/credentials.py).
 """
@@ -23,8 +31,10 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import trio
+import trio.lowlevel
 
 from actors.base import Actor
+from actors.errors import InboxFull
 from actors.flushing import flush_shielded
 from actors.inbox import Inbox
 from actors.settings import DEFAULTS, ActorSettings
@@ -61,19 +71,27 @@ class BatchWriter(Actor, Generic[T]):
         max_batch: int = 500,
         flush_interval_s: float = 0.1,
         flush_limit_s: float = FLUSH_LIMIT_S,
+        keep_all: bool = False,
     ) -> None:
         settings = settings or DEFAULTS["batch_writer"]
+        if keep_all and settings.overflow == "drop_oldest":
+            raise ValueError(
+                f"{name} keeps every item (money): overflow drop_oldest would lose some"
+            )
         self.name = name
         self._write = write
         self._rewrite = rewrite or write
         self._max_batch = max_batch
         self._flush_interval_s = flush_interval_s
         self._flush_limit_s = flush_limit_s
+        self._keep_all = keep_all
         self._inbox: Inbox[T] = Inbox(
-            settings.inbox_capacity, overflow=settings.overflow, name=name
+            settings.inbox_capacity, overflow=settings.overflow, name=name, unbounded=keep_all
         )
+        self._drained = trio.Event()  # set (and replaced) after each write: room may be free
         self._buffer: list[T] = []  # received, not yet written (a failed batch first)
         self._retry = False  # the buffer's head failed once: its outcome is unknown
+        self._writing = 0  # items in the write in progress
         self._urgent = False
         self._lock = trio.Lock()  # one write at a time (the loop, `flush`, the final flush)
         self.stats = BatchWriterStats()
@@ -83,8 +101,13 @@ class BatchWriter(Actor, Generic[T]):
     def offer(self, item: T, *, urgent: bool = False) -> bool:
         """Queue `item` without waiting. False (counted in `dropped`) when the inbox is full
         and its overflow is "wait" or "reject"; under "drop_oldest" the oldest waiting item
-        makes room. `urgent`: write soon, without waiting for the interval."""
+        makes room. `urgent`: write soon, without waiting for the interval. With `keep_all`,
+        always True: the item is queued whatever the queue holds (see `room`)."""
         self.stats.offered += 1
+        if self._keep_all:
+            self._inbox.send_nowait(item)  # unbounded: never raises WouldBlock
+            self._urgent = self._urgent or urgent
+            return True
         try:
             if self.queued() >= self._inbox.capacity:  # a failed batch kept counts too
                 raise trio.WouldBlock
@@ -93,8 +116,7 @@ class BatchWriter(Actor, Generic[T]):
             if self._inbox.overflow != "drop_oldest" or not self._inbox.depth():
                 self.stats.dropped += 1
                 return False
-            self._inbox.receive_nowait()
-            self._inbox.dropped += 1
+            self._inbox.drop_oldest()
             self.stats.dropped += 1
             self._inbox.send_nowait(item)
         if urgent:
@@ -112,11 +134,30 @@ class BatchWriter(Actor, Generic[T]):
             raise
         self.stats.dropped += self._inbox.dropped - dropped
 
+    def has_room(self) -> bool:
+        """Fewer than `inbox_capacity` items are waiting to be written."""
+        return self.queued() < self._inbox.capacity
+
+    async def room(self, within_s: float = 30.0) -> None:
+        """Admission for `keep_all` writers: return once fewer than `inbox_capacity` items
+        are queued. A full queue makes the caller wait (overflow "wait"), at most `within_s`
+        (the writer cannot write: its store is down), or raises `InboxFull` at once
+        ("reject"); either way the caller is answered 503 with Retry-After, not left hanging."""
+        if self.has_room():
+            return
+        if self._inbox.overflow == "wait":
+            with trio.move_on_after(within_s):
+                while not self.has_room():
+                    await self._drained.wait()
+                return
+        self._inbox.rejected += 1
+        raise InboxFull(self.name, self._inbox.capacity)
+
     # -- the admin tree -----------------------------------------------------------------
 
     def queued(self) -> int:
-        """Items not yet written: in the inbox, and received but waiting for their write."""
-        return self._inbox.depth() + len(self._buffer)
+        """Items not yet written: in the inbox, received and waiting, or being written."""
+        return self._inbox.depth() + len(self._buffer) + self._writing
 
     def inbox_depth(self) -> int:
         return self._inbox.depth()
@@ -136,6 +177,7 @@ class BatchWriter(Actor, Generic[T]):
             "dropped": s.dropped,
             "flushes": s.flushes,
             "flush_failures": s.flush_failures,
+            "keep_all": self._keep_all,
             "inbox": self._inbox.statistics(),
         }
 
@@ -147,7 +189,10 @@ class BatchWriter(Actor, Generic[T]):
             while True:
                 with trio.move_on_after(self._flush_interval_s):
                     while not self._full():
-                        self._buffer.append(await self._inbox.receive())
+                        # Not `self._buffer.append(await ...)`: that binds the list before
+                        # the wait, and a flush meanwhile replaces it (the item was lost).
+                        item = await self._inbox.receive()
+                        self._buffer.append(item)
                         self._take_waiting()
                 self._urgent = False
                 if not await flush_shielded(self.flush, self._flush_limit_s):
@@ -178,6 +223,8 @@ class BatchWriter(Actor, Generic[T]):
         whole). On failure the batch goes back to the head of the buffer and is retried on the
         next flush."""
         async with self._lock:
+            while self._inbox.in_transit():  # handed to the loop, not yet in the buffer
+                await trio.lowlevel.checkpoint()
             while True:
                 self._take_waiting(urgent_too=False)
                 if not self._buffer or not await self._write_buffer():
@@ -186,6 +233,7 @@ class BatchWriter(Actor, Generic[T]):
     async def _write_buffer(self) -> bool:
         batch, retry = self._buffer, self._retry
         self._buffer, self._retry = [], False
+        self._writing = len(batch)
         written = False
         rows: int | None = None
         began = trio.current_time()
@@ -198,11 +246,14 @@ class BatchWriter(Actor, Generic[T]):
         except Exception:
             log.exception("%s: writing %d items failed; retrying", self.name, len(batch))
         finally:
+            self._writing = 0
             if not written:  # failed, or cut off by the limit: outcome unknown
                 self.stats.flush_failures += 1
                 self._buffer = batch + self._buffer
                 self._retry = True
         if written:
+            self._drained.set()
+            self._drained = trio.Event()
             self.stats.flushes += 1
             self.stats.written += len(batch) if rows is None else rows
         return written

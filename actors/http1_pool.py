@@ -69,6 +69,7 @@ class Http1Pool:
         self.authority = parts.netloc if self._port != default else self._host
         self.base_path = parts.path.rstrip("/")
         self._limit = trio.CapacityLimiter(max_connections)
+        self.max_connections = max_connections
         self._max_idle = max_idle
         self._idle: list[Connection] = []
         self._connect_timeout = connect_timeout_s
@@ -78,6 +79,16 @@ class Http1Pool:
         self._expiry = keepalive_expiry_s
         self.discarded = 0  # idle connections found closed or not quiet before reuse
         self.expired = 0  # idle connections closed unused, past `keepalive_expiry_s`
+
+    @property
+    def in_use(self) -> int:
+        """Connections carrying a request now (or being opened for one)."""
+        return int(self._limit.borrowed_tokens)
+
+    @property
+    def idle(self) -> int:
+        """Open connections waiting in the pool for the next request."""
+        return len(self._idle)
 
     def __repr__(self) -> str:
         return (

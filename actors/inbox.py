@@ -33,7 +33,12 @@ class Inbox(Generic[T]):
     an actor crashes are still there for the restarted run.
     """
 
-    def __init__(self, capacity: int, *, overflow: Overflow = "wait", name: str = "") -> None:
+    def __init__(
+        self, capacity: int, *, overflow: Overflow = "wait", name: str = "", unbounded: bool = False
+    ) -> None:
+        """`unbounded`: the channel itself never fills (sends never wait nor fail) and
+        `capacity` is a bound the owner enforces elsewhere (a writer whose items must never be
+        refused applies it to the admission of new work instead: `BatchWriter(keep_all=True)`)."""
         if capacity < 0:
             raise ValueError(f"inbox capacity must be >= 0, got {capacity}")
         if overflow == "drop_oldest" and capacity < 1:
@@ -44,7 +49,7 @@ class Inbox(Generic[T]):
         self.dropped = 0  # messages dropped by "drop_oldest"
         self._timings = HandlingTimes()
         self.rejected = 0  # sends refused by "reject"
-        self._send, self._receive = trio.open_memory_channel[T](capacity)
+        self._send, self._receive = trio.open_memory_channel[T](math.inf if unbounded else capacity)
         self._sent = 0
         self._received = 0
         self._closed = False
@@ -87,8 +92,7 @@ class Inbox(Generic[T]):
             if self.overflow == "reject":
                 self.rejected += 1
                 raise InboxFull(self.name, self._capacity) from None
-            self._receive.receive_nowait()  # full, so there is one to drop
-            self.dropped += 1
+            self.drop_oldest()  # full, so there is one to drop
             self.send_nowait(msg)
         else:
             await trio.lowlevel.checkpoint()
@@ -110,6 +114,13 @@ class Inbox(Generic[T]):
         self._received += 1
         return msg
 
+    def drop_oldest(self) -> T:
+        """Take the oldest message out unhandled (counted in `dropped`); `trio.WouldBlock`
+        when empty."""
+        msg = self._receive.receive_nowait()
+        self.dropped += 1
+        return msg
+
     def __aiter__(self) -> Inbox[T]:
         return self
 
@@ -125,7 +136,13 @@ class Inbox(Generic[T]):
         self._send.close()
 
     def depth(self) -> int:
-        return self._receive.statistics().current_buffer_used
+        """Messages sent and not yet received nor dropped; counts one handed to a receiver
+        that has not resumed yet (which the channel's buffer no longer holds)."""
+        return self._sent - self._received - self.dropped
+
+    def in_transit(self) -> int:
+        """Messages handed to a waiting receiver that has not resumed yet (0 or 1)."""
+        return self.depth() - self._receive.statistics().current_buffer_used
 
     def handled(self, seconds: float) -> None:
         """Record that the actor handled one message (or batch) in `seconds` (Trio's clock)."""

@@ -17,7 +17,7 @@ from typing import Literal
 import trio
 
 from actors.base import Actor
-from actors.settings import ActorSettings, GiveUp
+from actors.settings import BACKOFF_MULTIPLIER, ActorSettings, GiveUp
 
 _log = logging.getLogger("gateway.actors")
 
@@ -42,7 +42,7 @@ class RestartPolicy:
 
     initial_backoff: float = 0.1
     max_backoff: float = 30.0
-    multiplier: float = 2.0
+    multiplier: float = BACKOFF_MULTIPLIER
     restart_window: float = 60.0
     max_restarts: int | None = None
     on_give_up: GiveUp = "unhealthy"
@@ -64,7 +64,9 @@ class GaveUp(Exception):
 
 
 # A module constant rather than a call in the signature (ruff B008); the policy is immutable.
-_DEFAULT_POLICY = RestartPolicy()
+# For a child whose kind has no settings (a nested supervisor): ActorSettings' defaults, so
+# that it too gives up on a crash loop rather than restarting forever.
+_DEFAULT_POLICY = RestartPolicy.from_settings(ActorSettings())
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,9 @@ class Upstreams:
                 "requests": c.stats.requests,
                 "in_flight": c.stats.in_flight,
                 "errors": c.stats.errors,
+                "connections_in_use": c.pool.in_use,
+                "connections_idle": c.pool.idle,
+                "max_connections": c.pool.max_connections,
                 "connections_opened": c.pool.opened,
                 "connections_discarded": c.pool.discarded,  # idle, but closed or not quiet
                 "connections_expired": c.pool.expired,  # idle past keepalive_expiry_s

@@ -109,7 +109,12 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
             runtime.webhooks.wake,
         ),
         operations.routes(
-            runtime.readiness, runtime.supervisor, runtime.metrics, all_operations, worker
+            runtime.readiness,
+            runtime.supervisor,
+            runtime.metrics,
+            all_operations,
+            worker,
+            services={"upstreams": runtime.upstreams.statistics},
         ),
         *extra,
     ]

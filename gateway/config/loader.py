@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
-from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings
+from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings, inapplicable
 from gateway.config.errors import ENVIRONMENT, ConfigError, translate
 from gateway.config.schema import Config, FilesConfig
 from gateway.config.values import MasterKey, decode_custom, describe
@@ -135,6 +135,10 @@ def _actors(raw: dict[str, Any], file: str) -> None:
             known = ", ".join(sorted(ACTOR_DEFAULTS))
             raise ConfigError(file, f"actors.{kind}", f"unknown actor kind (known: {known})")
         if isinstance(table, dict):
+            knobs, why = inapplicable(kind)
+            for knob in table:
+                if knob in knobs:
+                    raise ConfigError(file, f"actors.{kind}.{knob}", f"does not apply: {why}")
             table = {**msgspec.structs.asdict(ACTOR_DEFAULTS[kind]), **table}
         try:
             actors[kind] = msgspec.convert(table, ActorSettings)

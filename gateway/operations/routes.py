@@ -6,14 +6,16 @@ whatever the database or Redis do.
 `/v1/admin/actors` is instance-wide (every organization's actors, queues and errors): only the
 operator key opens it (`Auth.OPERATOR`). Each worker process of `gateway serve --workers N`
 supervises its own actors, so the answer is the tree of the worker that answered, saying which
-one it is (`pid`, `worker` of `workers`, `hostname`).
+one it is (`pid`, `worker` of `workers`, `hostname`). Beside the tree, `services`: the numbers
+of the parts that are not actors (they run no task of their own), e.g. `upstreams`, each
+provider's connection pool (requests, connections in use and idle).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,7 @@ class ActorTree(ActorSnapshot):
     worker: int  # 0 to workers - 1
     workers: int
     hostname: str
+    services: dict[str, dict[str, object]]  # not actors: e.g. "upstreams", per provider
 
 
 def _unavailable(code: str, message: str) -> APIError:
@@ -68,7 +71,10 @@ def routes(
     metrics: Metrics,
     all_operations: Callable[[], Sequence[Operation]],
     worker: Worker = ALONE,
+    services: Mapping[str, Callable[[], dict[str, object]]] | None = None,
 ) -> Routes:
+    """`services`: by name, the statistics of a part that is not an actor, shown beside the
+    actor tree (e.g. "upstreams": `Upstreams.statistics`)."""
     r = Routes()
     hostname = socket.gethostname()
 
@@ -137,6 +143,7 @@ def routes(
                 worker=worker.index,
                 workers=worker.count,
                 hostname=hostname,
+                services={name: stats() for name, stats in (services or {}).items()},
             )
         )
 

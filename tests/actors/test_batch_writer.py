@@ -158,3 +158,59 @@ async def test_put_rejects_under_reject_and_waits_under_wait(
         await trio.sleep(0.001)
     await waiting.flush()
     assert [n for batch in sink.batches for n in batch] == [1, 2]  # nothing lost
+
+
+async def test_an_item_taken_by_the_loop_while_a_flush_swaps_the_buffer_is_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sink = Sink()
+    writer = BatchWriter[int]("w", sink.write, flush_interval_s=3600.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for n in range(20):  # each one handed to the waiting loop, then an explicit flush
+            writer.offer(n)
+            await writer.flush()
+            assert [i for batch in sink.batches for i in batch] == list(range(n + 1))
+        nursery.cancel_scope.cancel()
+    assert writer.stats.written == 20
+
+
+async def test_keep_all_never_refuses_and_holds_back_admission(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sink = Sink(failures=3)  # the store is down for a while
+    settings = ActorSettings(inbox_capacity=2, overflow="wait")
+    writer = BatchWriter[int]("money", sink.write, settings=settings, keep_all=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        assert all(writer.offer(n) for n in range(5))  # past capacity: still kept
+        assert writer.queued() == 5 and not writer.has_room()
+        began = trio.current_time()
+        await writer.room()  # waits for the writes that make room
+        assert trio.current_time() > began and writer.has_room()
+        nursery.cancel_scope.cancel()
+    assert [i for batch in sink.batches for i in batch] == list(range(5))
+    assert writer.stats.dropped == 0
+
+
+async def test_keep_all_admission_is_refused_under_reject_or_when_the_store_stays_down(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    down = Sink(failures=10**6)
+    for overflow in ("reject", "wait"):
+        settings = ActorSettings(inbox_capacity=1, overflow=overflow)  # type: ignore[arg-type]
+        writer = BatchWriter[int]("money", down.write, settings=settings, keep_all=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            writer.offer(1)
+            began = trio.current_time()
+            with pytest.raises(InboxFull):
+                await writer.room(within_s=30.0)
+            assert trio.current_time() - began == (0 if overflow == "reject" else 30.0)
+            nursery.cancel_scope.cancel()
+
+
+def test_keep_all_refuses_drop_oldest() -> None:
+    settings = ActorSettings(overflow="drop_oldest")
+    with pytest.raises(ValueError, match="drop_oldest would lose"):
+        BatchWriter[int]("money", Sink().write, settings=settings, keep_all=True)

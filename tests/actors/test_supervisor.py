@@ -99,10 +99,10 @@ async def test_backoff_is_capped_at_max_backoff(autojump_clock: trio.testing.Moc
 
 
 async def test_long_healthy_run_resets_backoff(autojump_clock: trio.testing.MockClock) -> None:
-    actor = Scripted("crasher", [0, 0, 60, 0, 0])
+    actor = Scripted("crasher", [0, 0, 120, 0, 0])  # 120 s: the default restart_window_s
     async with running(Supervisor()) as root:
         await root.start(actor)
-        await trio.sleep(100)
+        await trio.sleep(200)
         assert only_child(root).restarts == 5
     assert gaps(actor) == pytest.approx([0.1, 0.2, 0.1, 0.2, 0.4])
 

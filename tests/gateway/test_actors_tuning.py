@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import ConfigError, load_config
 from tests.gateway.test_health import Crashy
 from tests.harness import OPERATOR_KEY, Gateway, gateway_config, running_gateway
 from tests.waiting import wait_until_async
@@ -67,3 +68,18 @@ async def test_the_admin_tree_and_metrics_show_kinds_and_inboxes(gateway: Gatewa
     assert 'gateway_actor_restarts_by_kind{kind="batch_writer"} 0' in text
     assert 'gateway_actor_inbox_depth{kind="batch_writer"}' in text
     assert 'gateway_actor_messages_handled{kind="batch_writer"}' in text
+
+
+@pytest.mark.parametrize("knob", ["inbox_capacity = 4", "max_restarts = 3"])
+def test_no_stream_relay_knob_is_accepted(tmp_path: Path, knob: str) -> None:
+    """A relay has no inbox and is never restarted: a knob set for it is refused at start."""
+    path = tmp_path / "gateway.toml"
+    path.write_text(f"[actors.stream_relay]\n{knob}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    key = knob.split(" ", 1)[0]
+    assert str(caught.value) == (
+        f"{path}: actors.stream_relay.{key}: does not apply: a stream relay has no inbox (it"
+        " writes to its client itself: a slow client slows its upstream reads) and is never"
+        " restarted nor retired (a broken stream cannot resume); no [actors] knob applies to it"
+    )

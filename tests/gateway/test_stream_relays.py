@@ -90,3 +90,29 @@ async def test_a_client_that_does_not_read_does_not_make_the_gateway_read_it_all
     with trio.fail_after(10):
         await rig.upstream.wait_streams_idle()
     assert rig.upstream.statistics()["streams_client_closed"] == 1
+
+
+async def test_the_upstream_pools_show_beside_the_tree(rig: Rig) -> None:
+    """`Upstreams` is not an actor, so its numbers are a `services` section of the answer:
+    per provider, requests and connections in use and idle (a live stream holds one)."""
+    gw = rig.gateway
+
+    async def upstreams() -> dict[str, Any]:
+        r = await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))
+        assert r.status_code == 200
+        pools: dict[str, Any] = r.json()["services"]["upstreams"]
+        return pools
+
+    before = (await upstreams())["sim"]
+    assert before["connections_in_use"] == 0 and before["max_connections"] >= 1
+    rig.upstream.behavior.chunk_interval_s = 0.02
+    rig.upstream.behavior.completion_tokens = 1000
+    stream = await open_raw_stream(rig, STREAM, frames=3)
+    live = (await upstreams())["sim"]
+    assert live["connections_in_use"] == 1 and live["requests"] == before["requests"] + 1
+    await stream.aclose()
+    await wait_until(lambda: gw.runtime.upstreams.get("sim").pool.in_use == 0)
+    r = await rig.chat({"model": "small", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 200
+    after = (await upstreams())["sim"]
+    assert after["connections_in_use"] == 0 and after["connections_idle"] >= 1  # kept alive
