@@ -1,8 +1,9 @@
 """Webhook delivery: the sender (one HTTPS attempt), a delivery actor per subscription, the
 dispatcher that holds leases and runs them, and the janitor.
 
-The runtime calls `open_webhooks` and starts both actors under its root supervisor; the API
-uses the dispatcher's `wake`, `subscription_stats` and `metrics`, and `check_url`.
+The webhooks area (gateway/webhooks/area.py) calls `open_webhooks` and starts both actors
+under the root supervisor; the API uses the dispatcher's `wake`, `subscription_stats` and
+`metrics`, and `check_url`.
 """
 
 from __future__ import annotations

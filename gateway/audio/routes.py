@@ -19,7 +19,7 @@ _TAG = "Audio"
 SPEECH_PATH = "/v1/audio/speech"
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
 TRANSLATIONS_PATH = "/v1/audio/translations"
-# Their failures are `completion.error` events, as chat's are (gateway/app.py).
+# Their failures are `completion.error` events, as chat's are (gateway/audio/area.py).
 COMPLETION_ROUTES = frozenset({SPEECH_PATH, TRANSCRIPTIONS_PATH, TRANSLATIONS_PATH})
 _ERRORS = (*UPSTREAM_STATUSES, 402, 403)
 # The speech answer's type per `response_format`; the first is the default (mp3).

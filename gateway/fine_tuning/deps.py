@@ -1,4 +1,4 @@
-"""What the Fine-tuning routes are given by the runtime."""
+"""What the Fine-tuning routes are given (built by the area, gateway/fine_tuning/area.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""What the hot-path routes are given: the runtime's parts they use, nothing else (the
-request layer authenticates and applies the body limit)."""
+"""What the hot-path routes are given: the core's parts they use, nothing else (the request
+layer authenticates and applies the body limit). Built by gateway/inference/area.py; rerank,
+audio, images and responses are given the same."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import trio.testing
 
 from actors.fine_tuning import FineTuningWatcher
 from bench.upstream import UpstreamServer
+from gateway.fine_tuning.area import FineTuningArea
 from protocol.credentials import CredentialKind
 from tests.harness import Gateway
 from tests.inference import Rig, inference_rig
@@ -86,6 +87,11 @@ max_example_tokens = 1000
 
 GOOD_LINE = b'{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}'
 GOOD_LINE_TOKENS = 5  # ceil((4 + 2 + 9 + 5) / 4): roles and contents, about 4 bytes a token
+
+
+def ft_watcher(gw: Gateway) -> FineTuningWatcher:
+    """The instance's fine-tuning watcher (the fine-tuning area's actor)."""
+    return gw.runtime.area(FineTuningArea).watcher
 
 
 def dataset(lines: int = 10) -> bytes:

@@ -19,6 +19,7 @@ from tests.gateway.fine_tuning_rig import (
     dataset,
     drive,
     ft_rig,
+    ft_watcher,
     other_org_key,
     status_is,
     upload,
@@ -270,7 +271,7 @@ async def test_events_stream_as_sse_until_the_job_ends(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(listen)
-            await drive(mock_clock, [gw.runtime.fine_tuning], finished)
+            await drive(mock_clock, [ft_watcher(gw)], finished)
         assert head["content-type"] == "text/event-stream"
         frames = sse_frames(b"".join(received).decode())
         assert frames[-1] == "[DONE]"

@@ -16,6 +16,7 @@ from tests.gateway.fine_tuning_rig import (
     dataset,
     drive,
     ft_rig,
+    ft_watcher,
     hold_for,
     job,
     job_rows,
@@ -42,9 +43,7 @@ async def fine_tune_file_unchecked(gw: Gateway, key: str, content: bytes) -> str
 
 async def run_to_end(rig: Rig, clock: trio.testing.MockClock, job_id: str) -> dict[str, object]:
     gw = rig.gateway
-    await drive(
-        clock, [gw.runtime.fine_tuning], status_is(gw, rig.key, job_id, "failed", "succeeded")
-    )
+    await drive(clock, [ft_watcher(gw)], status_is(gw, rig.key, job_id, "failed", "succeeded"))
     return await job(gw, rig.key, job_id)
 
 
@@ -198,7 +197,7 @@ async def test_cancel_a_running_job_cancels_it_at_the_provider(
 ) -> None:
     async with ft_rig(database_url, tmp_path) as rig:
         gw, key = rig.gateway, rig.key
-        watcher = gw.runtime.fine_tuning
+        watcher = ft_watcher(gw)
         content = dataset(5)
         file_id = await upload(gw, key, content)
         job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
@@ -231,7 +230,7 @@ async def test_a_finished_job_cannot_be_cancelled(
         gw, key = rig.gateway, rig.key
         file_id = await upload(gw, key, dataset(2))
         job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
-        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded"))
+        await drive(mock_clock, [ft_watcher(gw)], status_is(gw, key, job_id, "succeeded"))
         balance, _ = await ledger(rig)
         r = await gw.client.post(f"/v1/fine_tuning/jobs/{job_id}/cancel", headers=gw.auth(key))
         assert r.status_code == 409
@@ -245,7 +244,7 @@ async def test_provider_outages_are_retried_with_backoff(
 ) -> None:
     async with ft_rig(database_url, tmp_path) as rig:
         gw, key = rig.gateway, rig.key
-        watcher = gw.runtime.fine_tuning
+        watcher = ft_watcher(gw)
         rig.upstream.behavior.fail_status = 503
         file_id = await upload(gw, key, dataset(2))
         job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
@@ -272,7 +271,7 @@ async def test_a_provider_job_that_disappears_fails_the_job(
         content = dataset(2)
         file_id = await upload(gw, key, content)
         job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
-        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "running"))
+        await drive(mock_clock, [ft_watcher(gw)], status_is(gw, key, job_id, "running"))
         rig.upstream.fine_tuning.jobs.clear()  # the provider forgot it
         done = await run_to_end(rig, mock_clock, job_id)
         assert done["status"] == "failed"
@@ -303,7 +302,7 @@ async def test_a_training_file_deleted_before_the_watcher_reads_it_fails_the_job
 ) -> None:
     async with ft_rig(database_url, tmp_path) as rig:
         gw, key = rig.gateway, rig.key
-        watcher = gw.runtime.fine_tuning
+        watcher = ft_watcher(gw)
         await gw.runtime.supervisor.stop(watcher.name)
         content = dataset(2)
         file_id = await upload(gw, key, content)
@@ -332,7 +331,7 @@ async def test_a_file_found_corrupt_while_uploading_fails_the_job(
 ) -> None:
     async with ft_rig(database_url, tmp_path) as rig:
         gw, key = rig.gateway, rig.key
-        watcher = gw.runtime.fine_tuning
+        watcher = ft_watcher(gw)
         rig.upstream.behavior.fail_status = 503  # uploads fail: the job waits after validation
         content = dataset(2)
         file_id = await upload(gw, key, content)

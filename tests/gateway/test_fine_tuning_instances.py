@@ -22,6 +22,7 @@ from tests.gateway.fine_tuning_rig import (
     create,
     dataset,
     drive,
+    ft_watcher,
     hold_for,
     job,
     micros,
@@ -68,12 +69,12 @@ async def test_a_restarted_gateway_resumes_the_job(
             content = dataset(6)
             file_id = await upload(a, key, content)
             job_id = (await create(a, key, model=BASE, training_file=file_id)).json()["id"]
-            await drive(mock_clock, [a.runtime.fine_tuning], status_is(a, key, job_id, "running"))
+            await drive(mock_clock, [ft_watcher(a)], status_is(a, key, job_id, "running"))
             org = a.org_id
         assert first.master_key is not None
         second = config(database_url, tmp_path, upstream, first.master_key)
         async with running_gateway(second) as b:
-            await drive(mock_clock, [b.runtime.fine_tuning], status_is(b, key, job_id, "succeeded"))
+            await drive(mock_clock, [ft_watcher(b)], status_is(b, key, job_id, "succeeded"))
             done = await job(b, key, job_id)
             assert done["fine_tuned_model"].startswith(f"ft:{BASE}:{org}::")
             assert upstream_calls(upstream, "POST", "/v1/files") == 1
@@ -105,7 +106,7 @@ async def test_two_instances_watch_each_job_once(
                 (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
                 for gw in (a, b, a, b)
             ]
-            watchers = [a.runtime.fine_tuning, b.runtime.fine_tuning]
+            watchers = [ft_watcher(a), ft_watcher(b)]
 
             async def all_done() -> bool:
                 for job_id in ids:
@@ -142,7 +143,7 @@ async def test_a_crash_before_the_provider_job_id_was_stored_creates_no_second_j
             async def created_at_provider() -> bool:
                 return upstream_calls(upstream, "POST", "/v1/fine_tuning/jobs") == 1
 
-            await drive(mock_clock, [a.runtime.fine_tuning], created_at_provider)
+            await drive(mock_clock, [ft_watcher(a)], created_at_provider)
             await a.runtime.supervisor.stop("fine_tuning_watcher")
             # As if it had died after the provider created the job, before storing its id.
             await a.runtime.storage.db.execute(
@@ -151,7 +152,7 @@ async def test_a_crash_before_the_provider_job_id_was_stored_creates_no_second_j
         assert first.master_key is not None
         second = config(database_url, tmp_path, upstream, first.master_key)
         async with running_gateway(second) as b:
-            await drive(mock_clock, [b.runtime.fine_tuning], status_is(b, key, job_id, "succeeded"))
+            await drive(mock_clock, [ft_watcher(b)], status_is(b, key, job_id, "succeeded"))
             assert upstream_calls(upstream, "POST", "/v1/fine_tuning/jobs") == 1
             assert upstream_calls(upstream, "POST", "/v1/files") == 1
             [provider_job_id] = upstream.fine_tuning.jobs

@@ -17,6 +17,7 @@ from tests.gateway.fine_tuning_rig import (
     dataset,
     drive,
     ft_rig,
+    ft_watcher,
     hold_for,
     job,
     micros,
@@ -55,7 +56,7 @@ async def test_a_job_runs_to_success_and_is_billed_exactly(
         balance, _ = await ledger(rig)
         assert balance == 100_000_000 - hold
 
-        watcher = gw.runtime.fine_tuning
+        watcher = ft_watcher(gw)
         await drive(mock_clock, [watcher], status_is(gw, key, job_id, "succeeded"))
         done = await job(gw, key, job_id)
         model = f"ft:{BASE}:{gw.org_id}:pets:{job_id.removeprefix('ftjob_')}"
@@ -122,9 +123,7 @@ async def test_with_the_orgs_own_provider_key_nothing_is_held_or_charged(
             r = await create(gw, key, model=model, training_file=file_id)
             assert r.status_code == 200, r.text
             job_id = r.json()["id"]
-            await drive(
-                mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded")
-            )
+            await drive(mock_clock, [ft_watcher(gw)], status_is(gw, key, job_id, "succeeded"))
         sent = [
             r for r in rig.upstream.requests if "fine_tuning" in r.path or r.path == "/v1/files"
         ]
@@ -141,7 +140,7 @@ async def test_the_trained_model_answers_chat_completions(
         job_id = (await create(gw, key, model=BASE, training_file=file_id, suffix="bot")).json()[
             "id"
         ]
-        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded"))
+        await drive(mock_clock, [ft_watcher(gw)], status_is(gw, key, job_id, "succeeded"))
         model = (await job(gw, key, job_id))["fine_tuned_model"]
         r = await rig.chat({"model": model, "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 200, r.text

@@ -19,6 +19,7 @@ from tests.gateway.fine_tuning_rig import (
     dataset,
     drive,
     ft_rig,
+    ft_watcher,
     hold_for,
     micros,
     status_is,
@@ -162,7 +163,7 @@ async def test_a_finished_job_leaves_its_charge_in_the_keys_spend(
         assert r.status_code == 200, r.text
         job_id = r.json()["id"]
         assert await _usage(gw, key_id) == (hold_for(content) / 1e6,) * 2
-        await drive(mock_clock, [gw.runtime.fine_tuning], status_is(gw, key, job_id, "succeeded"))
+        await drive(mock_clock, [ft_watcher(gw)], status_is(gw, key, job_id, "succeeded"))
         charge = micros(10 * GOOD_LINE_TOKENS)  # what was trained; the rest of the hold back
         assert charge < hold_for(content)
         assert await _usage(gw, key_id) == (charge / 1e6,) * 2

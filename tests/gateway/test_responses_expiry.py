@@ -12,6 +12,7 @@ import httpx
 import trio.testing
 
 from actors.responses_janitor import ResponsesJanitor
+from gateway.responses.area import ResponsesArea
 from tests.gateway.responses_rig import create, error_of
 from tests.inference import Rig, inference_rig
 
@@ -32,7 +33,9 @@ async def test_a_response_expires_after_30_days_and_the_janitor_removes_it(
         r = await create(rig, {"model": "small", "input": "remember this"})
         rid = r.json()["id"]
         runtime = rig.gateway.runtime
-        janitor = ResponsesJanitor(runtime.storage.responses, runtime.responses.clock)
+        janitor = ResponsesJanitor(
+            runtime.storage.responses, runtime.area(ResponsesArea).store.clock
+        )
         mock_clock.jump(30 * DAY_S - 60)
         assert (await call(rig, "GET", f"/v1/responses/{rid}")).status_code == 200
         assert await janitor.sweep_once() == 0

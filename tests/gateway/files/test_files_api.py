@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from actors.files_janitor import FilesJanitor
+from gateway.files.area import FilesArea
 from protocol import blobcrypt
 from protocol.credentials import CredentialKind
 from tests.gateway.files.conftest import FilesGateway, files_gateway
@@ -332,7 +333,7 @@ async def test_no_plaintext_at_rest(files_gw: FilesGateway) -> None:
 async def _tamper(fg: FilesGateway, file_id: str, change: Any) -> None:
     record = await fg.gw.runtime.storage.files.get(fg.gw.org_id, file_id, now=0)
     assert record is not None
-    blobs = fg.gw.runtime.files.blobs
+    blobs = fg.gw.runtime.area(FilesArea).store.blobs
     async with await blobs.read(record.blob_key) as reader:
         blob = b"".join([chunk async for chunk in reader])
     async with await blobs.open_writer(record.blob_key) as writer:
@@ -388,7 +389,7 @@ async def test_swapped_blobs_do_not_open(files_gw: FilesGateway) -> None:
     one = await repo.get(files_gw.gw.org_id, first["id"], now=0)
     two = await repo.get(files_gw.gw.org_id, second["id"], now=0)
     assert one is not None and two is not None
-    blobs = files_gw.gw.runtime.files.blobs
+    blobs = files_gw.gw.runtime.area(FilesArea).store.blobs
     async with await blobs.read(two.blob_key) as reader:
         other_blob = b"".join([chunk async for chunk in reader])
     await _tamper(files_gw, first["id"], lambda _: other_blob)
@@ -473,7 +474,7 @@ async def test_vision_files_expire_after_24_hours(files_gw: FilesGateway) -> Non
     )
     for path in (f"{PATH}/{image['id']}", f"{PATH}/{image['id']}/content"):
         assert (await files_gw.client.get(path, headers=files_gw.auth())).status_code == 404
-    janitor = FilesJanitor(runtime.storage.files, runtime.files.blobs)
+    janitor = FilesJanitor(runtime.storage.files, runtime.area(FilesArea).store.blobs)
     await janitor.sweep_once()
     assert janitor.expired == 1
     assert await usage(files_gw) == 4

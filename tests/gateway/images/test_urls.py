@@ -11,6 +11,7 @@ import httpx
 
 from actors.files_janitor import FilesJanitor
 from bench.upstream.image_routes import image_for
+from gateway.files.area import FilesArea
 from protocol.credentials import CredentialKind
 from protocol.timefmt import now_us
 from services.images import token_hash
@@ -89,14 +90,18 @@ async def test_urls_expire_after_the_configured_lifetime_and_the_janitor_removes
             return (await rig.gateway.client.get(url)).status_code == 404
 
         await wait_until_async(expired, limit_s=5)
-        assert await runtime.files.blobs.exists(record.blob_key)  # until the janitor runs
+        assert await runtime.area(FilesArea).store.blobs.exists(
+            record.blob_key
+        )  # until the janitor runs
         janitor = FilesJanitor(
-            runtime.storage.files, runtime.files.blobs, images=runtime.storage.images
+            runtime.storage.files,
+            runtime.area(FilesArea).store.blobs,
+            images=runtime.storage.images,
         )
         await janitor.sweep_once()
         assert janitor.statistics()["expired_images"] == 1
         assert await runtime.storage.images.count() == 0
-        assert not await runtime.files.blobs.exists(record.blob_key)
+        assert not await runtime.area(FilesArea).store.blobs.exists(record.blob_key)
 
 
 async def test_public_base_url_is_the_base_of_image_urls(database_url: str, tmp_path: Path) -> None:
