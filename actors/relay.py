@@ -30,7 +30,7 @@ from actors.supervisor import RestartPolicy, Supervisor
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
 from protocol.openai_chat import ChunkRelay, error_frame
-from protocol.sse import DONE, SSEDecoder, SSEError, SSEEvent
+from protocol.sse import DONE, SSEDecoder, SSEEvent
 from protocol.usage import Usage
 
 CHANNEL_CAPACITY = 16
@@ -285,7 +285,7 @@ class StreamRelay(Actor):
                 if not frames.finished:
                     raise UpstreamMalformed("the upstream stream ended early")
                 closing = batch + frames.finish()
-            except (UpstreamError, SSEError) as exc:
+            except UpstreamError as exc:
                 stats.broken += 1
                 code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
                 closing = [*batch, *_broken(frames, _describe(exc), code)]
@@ -314,7 +314,5 @@ def _broken(
     return [error_frame(message, code=code, type=type), DONE]
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, UpstreamError):
-        return f"The upstream provider {exc.provider!r} failed mid-stream; retry the request."
-    return f"The upstream stream was malformed or cut short: {exc}"
+def _describe(exc: UpstreamError) -> str:
+    return f"The upstream provider {exc.provider!r} failed mid-stream; retry the request."

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 from gateway.config.master_key import MasterKeyError
 from gateway.keyring.unlock import unlock
+from protocol.errors import SecretBoxError
 from protocol.keyring import key_id, reseal, seal_pepper
-from protocol.secretbox import SecretBox, SecretBoxError
+from protocol.secretbox import SecretBox
 from protocol.timefmt import now_us
 from storage.database import Row
 from storage.keyring import SEALED_COLUMNS, KeyringRepository, SealedColumns

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from gateway.config.master_key import MasterKeyError
 from gateway.operations.metrics import Metrics
 from protocol.credentials import derive_pepper
+from protocol.errors import SecretBoxError
 from protocol.keyring import key_id, open_pepper, seal_pepper
-from protocol.secretbox import SecretBoxError
 from protocol.timefmt import now_us
 from storage.keyring import KeyringRepository
 

@@ -22,17 +22,11 @@ from gateway.operations.metrics import Metrics
 from gateway.runtime import open_runtime
 from protocol import blobcrypt
 from protocol.credentials import CredentialHasher, CredentialKind, derive_pepper
+from protocol.errors import SecretBoxError
 from protocol.ids import new_id
 from protocol.keyring import key_id
 from protocol.provider_keys import sealing_context
-from protocol.secretbox import (
-    FILE_KEYS,
-    PROVIDER_KEYS,
-    SecretBox,
-    SecretBoxError,
-    unwrap_data_key,
-    wrap_data_key,
-)
+from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, SecretBox, unwrap_data_key, wrap_data_key
 from protocol.timefmt import now_us
 from storage.images import ImageRecord
 from storage.keyring import SEALED_COLUMNS
