@@ -36,7 +36,8 @@ from gateway.config.master_key import (
 )
 from gateway.config.table import ENVIRONMENT
 from gateway.config.values import InvalidValue, parse_master_key
-from gateway.keyring.rotate import RotationError, RotationReport, rotate_master_key
+from gateway.errors import RotationError
+from gateway.keyring.rotate import RotationReport, rotate_master_key
 from protocol.keyring import key_id
 from storage.open import open_storage
 

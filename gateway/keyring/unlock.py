@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config.master_key import MasterKeyError
+from gateway.errors import WrongMasterKey
 from gateway.operations.metrics import Metrics
 from protocol.credentials import derive_pepper
 from protocol.errors import SecretBoxError
@@ -24,10 +24,6 @@ _INTERRUPTED = (
     "if `gateway admin rotate-master-key` was interrupted, run it again with the same keys to"
     " finish"
 )
-
-
-class WrongMasterKey(MasterKeyError):
-    """The master key given is not the one the database's secrets are sealed under."""
 
 
 @dataclass(frozen=True)

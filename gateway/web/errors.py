@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 
 from actors.errors import ActorBroken, InboxFull
-from gateway.server.asgi import ClientDisconnected, Send
+from gateway.errors import ClientDisconnected
+from gateway.server.asgi import Send
 from gateway.web.context import RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
 from protocol.anthropic import upstream_error_message
