@@ -23,7 +23,6 @@ from actors.upstream import UpstreamClient
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import Pump, cancel_on_disconnect, start_sse
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.context import RequestContext
 from protocol.errors import UpstreamError
 
@@ -42,7 +41,8 @@ async def relay_to_client(
     """Stream `path`'s answer to the client through `frames` and `pump` (the caller's, so
     that `pump.frames_sent` stays readable for accounting whatever happens). With
     `before_last`, the relay's last batch (the stream's closing frames) waits until it has
-    run. Raises the APIError of an upstream that failed before the stream started."""
+    run. Raises the UpstreamError of an upstream that failed before the stream started (the
+    boundary answers it as JSON)."""
     http = call.request
     failure: UpstreamError | None = None
     async with trio.open_nursery() as streams:
@@ -71,7 +71,7 @@ async def relay_to_client(
             failure = exc  # before any byte was sent: a JSON error
         streams.cancel_scope.cancel()
     if failure is not None:
-        raise await upstream_failure(call, deps, failure) from None
+        raise failure  # outside the nursery: not in an exception group
 
 
 def _cut(ctx: RequestContext) -> None:
