@@ -22,7 +22,7 @@ here, and only here; handlers let them propagate.
     InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
                           inbox with overflow "reject" was full
     ClientDisconnected    nothing (there is no one to answer); the request is logged 499
-                          `client_disconnected` (gateway/server/asgi.py: the server raises
+                          `client_disconnected` (gateway/errors.py: the server raises
                           it when a write fails, the request layer when the body stops)
     any other Exception   500 internal_error; the traceback is logged, never sent
 
