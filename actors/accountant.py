@@ -25,22 +25,13 @@ from functools import partial
 
 import trio
 
-from actors.accounts import (
-    BudgetExceeded,
-    InsufficientCredits,
-    KeyView,
-    OrgView,
-    Reservation,
-    Views,
-    labels,
-    reserve_shared,
-)
+from actors.accounts import KeyView, OrgView, Reservation, Views, labels, reserve_shared
 from actors.asking import Asking
 from actors.auto_replenish import AutoReplenish
 from actors.awaiting_charges import AwaitingCharges, Waiting
 from actors.base import Actor
 from actors.batch_writer import BatchWriter
-from actors.errors import RedisUnavailable
+from actors.errors import BudgetExceeded, InsufficientCredits, RedisUnavailable
 from actors.flushing import flush_shielded
 from actors.settings import DEFAULTS, ActorSettings
 from actors.shared_holds import HEARTBEAT_S, Settlement, SharedHolds

@@ -13,39 +13,14 @@ from dataclasses import dataclass, field
 
 import trio
 
+from actors.errors import BudgetExceeded, InsufficientCredits
 from actors.shared_holds import SharedHolds
-from protocol.billing import KeyBudget, Period, day_of, month_of
+from protocol.billing import KeyBudget, day_of, month_of
 from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, Settled, UsageCharge
 from storage.orgs import OrgRepository
 
 log = logging.getLogger("gateway.accountant")
-
-
-class BudgetExceeded(Exception):
-    """The key's daily or monthly cap cannot hold the reservation."""
-
-    def __init__(
-        self,
-        budget: KeyBudget,
-        period: Period,
-        cap: int,
-        committed: int,
-        held: int | None = None,
-    ) -> None:
-        super().__init__(f"{budget.key_id}: {period.label} cap {cap}, committed {committed}")
-        self.budget = budget
-        self.period = period
-        self.cap = cap
-        self.committed = committed  # spent + settled-unwritten + reserved, before this request
-        self.held = held  # the reserved part of it (None: not known apart)
-
-
-class InsufficientCredits(Exception):
-    def __init__(self, org_id: str, available_micros: int, needed_micros: int) -> None:
-        super().__init__(f"{org_id}: {available_micros} available, {needed_micros} needed")
-        self.available_micros = available_micros
-        self.needed_micros = needed_micros
 
 
 @dataclass

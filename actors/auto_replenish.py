@@ -27,7 +27,8 @@ from actors.charge_credit import credit_id, refund_unless_credited
 from actors.inbox import Inbox
 from actors.settings import DEFAULTS, ActorSettings
 from protocol.billing import TOPUP, day_of
-from protocol.payments import PaymentDeclined, PaymentProcessor
+from protocol.errors import PaymentDeclined
+from protocol.payments import PaymentProcessor
 from protocol.timefmt import now_us
 from storage.ledger import LedgerRepository, Transaction
 

@@ -3,18 +3,11 @@ send a request, read the response head and body framed by llhttp (protocol/http1
 and say whether the connection may carry another request. The upstream pool
 (actors/http1_pool.py) and the webhook sender (actors/webhooks/sender.py) both use it.
 
-Errors:
-
-    PoolError
-     ├── ConnectFailed     the TCP/TLS connection could not be opened in time
-     ├── ConnectionBroken  the peer closed or reset the connection mid-response
-     └── ReadTimedOut      no complete head, or no next body bytes, within the read timeout
-    UpstreamMalformed      (protocol/errors.py) the response broke HTTP/1.1 framing, or a limit
-                           (head size, header count, interim responses, a body past
-                           `max_bytes`): raised by the parser as it is
-
-`Stale` (not a PoolError) is a connection that closed or reset before any response byte: a
-pool retries a kept-alive request elsewhere.
+Errors (drawn in actors/errors.py): `ConnectFailed` (an `UpstreamUnavailable`), `ConnectionBroken`
+(an `UpstreamUnavailable`: closed or reset mid-response), `ReadTimedOut` (an `UpstreamTimeout`),
+all without a provider (the upstream client names it); `UpstreamMalformed` from the parser as it
+is; and `Stale`, a connection that closed or reset before any response byte (a pool retries a
+kept-alive request elsewhere).
 
 Liveness of an idle connection (`quiet`) uses public APIs only: one `poll` of the socket, the
 TLS layer's decrypted-but-unread bytes (`SSLStream.pending()`), and under TLS a transport
@@ -33,37 +26,12 @@ from collections.abc import AsyncIterable
 import outcome
 import trio
 
-from protocol.errors import UpstreamMalformed
+from actors.errors import ConnectFailed, ConnectionBroken, ReadTimedOut, Stale
+from protocol.errors import UpstreamError, UpstreamMalformed
 from protocol.http1_client import ResponseHead, ResponseParser, format_chunk
 
 _RECEIVE = 65536
 _FAILED = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-
-
-class PoolError(Exception):
-    pass
-
-
-class ConnectFailed(PoolError):
-    pass
-
-
-class ConnectionBroken(PoolError):
-    def __init__(self, message: str, *, eof: bool = False) -> None:
-        super().__init__(message)
-        self.eof = eof  # closed (not reset) by the peer
-
-
-class ReadTimedOut(PoolError):
-    pass
-
-
-class Stale(Exception):
-    """The connection closed (`eof`) or reset before any response byte."""
-
-    def __init__(self, *, eof: bool) -> None:
-        super().__init__("connection closed before the response")
-        self.eof = eof
 
 
 class _Records(trio.abc.Stream):
@@ -199,7 +167,7 @@ class Connection:
         send that makes no progress for that long is a timeout too (an upstream that stopped
         reading). An exception from `chunks` (the client left) passes through."""
         answer: list[Response] = []
-        failed: list[PoolError | UpstreamMalformed] = []
+        failed: list[UpstreamError] = []
 
         async def read_head(scope: trio.CancelScope) -> None:
             try:
@@ -208,7 +176,7 @@ class Connection:
                 )
             except Stale:
                 failed.append(ConnectionBroken("connection closed before the response"))
-            except (PoolError, UpstreamMalformed) as exc:
+            except UpstreamError as exc:
                 failed.append(exc)
             scope.cancel()  # the answer (or its failure) is in: stop sending, if still
 

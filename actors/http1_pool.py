@@ -4,7 +4,8 @@ Measured reason for not using httpx here (docs/decisions.md): httpx's client and
 layers cost about 1.2 ms of CPU per upstream call on this machine, more than everything else
 the gateway does for a request. This pool sends each request in one write; each connection
 (actors/http1_connection.py) frames responses with llhttp through protocol/http1_client.py.
-Its errors (PoolError and below) are that module's, re-exported here.
+Its errors (`ConnectFailed`, `ConnectionBroken`, `ReadTimedOut`: members of the upstream family,
+and `Stale`) are actors/errors.py's.
 
 A connection goes back to the pool only when its response was read to its end, asked for
 keep-alive and had nothing after it; it is reused only if it has been idle for at most
@@ -24,24 +25,12 @@ from urllib.parse import urlsplit
 
 import trio
 
-from actors.http1_connection import (
-    ConnectFailed,
-    Connection,
-    ConnectionBroken,
-    PoolError,
-    ReadTimedOut,
-    Response,
-    Stale,
-    connect,
-)
+from actors.errors import ConnectionBroken, Stale
+from actors.http1_connection import Connection, Response, connect
 from protocol.http1_client import format_request, format_request_head
 
 __all__ = [
-    "ConnectFailed",
-    "ConnectionBroken",
     "Http1Pool",
-    "PoolError",
-    "ReadTimedOut",
     "Response",
 ]
 

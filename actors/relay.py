@@ -32,7 +32,7 @@ from actors.supervisor import RestartPolicy, Supervisor
 from actors.upstream import UpstreamClient, mapped_errors
 from protocol.errors import UpstreamError, UpstreamMalformed, UpstreamTimeout
 from protocol.openai_chat import ChunkRelay, error_frame
-from protocol.sse import DONE, KEEPALIVE, SSEDecoder, SSEError, SSEEvent
+from protocol.sse import DONE, KEEPALIVE, SSEDecoder, SSEEvent
 from protocol.usage import Usage
 
 SHUTDOWN_TYPE = "server_error"
@@ -301,7 +301,7 @@ class StreamRelay(Actor):
                         raise UpstreamMalformed("the upstream stream ended early")
                     closing = batch + frames.finish()
                     stats.completed += 1
-        except (UpstreamError, SSEError) as exc:
+        except UpstreamError as exc:
             stats.broken += 1
             code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
             closing = [*batch, *_broken(frames, _describe(exc), code)]
@@ -333,7 +333,5 @@ def _broken(
     return [error_frame(message, code=code, type=type), DONE]
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, UpstreamError):
-        return f"The upstream provider {exc.provider!r} failed mid-stream; retry the request."
-    return f"The upstream stream was malformed or cut short: {exc}"
+def _describe(exc: UpstreamError) -> str:
+    return f"The upstream provider {exc.provider!r} failed mid-stream; retry the request."

@@ -17,6 +17,7 @@ from typing import Literal
 import trio
 
 from actors.base import Actor
+from actors.errors import GaveUp
 from actors.settings import BACKOFF_MULTIPLIER, ActorSettings, GiveUp
 
 _log = logging.getLogger("gateway.actors")
@@ -57,10 +58,6 @@ class RestartPolicy:
             max_restarts=settings.max_restarts,
             on_give_up=settings.on_give_up,
         )
-
-
-class GaveUp(Exception):
-    """A child crashed more than its policy allows and its policy says "escalate"."""
 
 
 # A module constant rather than a call in the signature (ruff B008); the policy is immutable.

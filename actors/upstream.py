@@ -16,20 +16,10 @@ from dataclasses import dataclass, field
 
 import trio
 
-from actors.http1_pool import (
-    DEFAULT_KEEPALIVE_EXPIRY_S,
-    ConnectFailed,
-    Http1Pool,
-    PoolError,
-    ReadTimedOut,
-    Response,
-)
+from actors.http1_pool import DEFAULT_KEEPALIVE_EXPIRY_S, Http1Pool, Response
 from protocol.errors import (
     UpstreamError,
-    UpstreamMalformed,
     UpstreamStatusError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
 )
 from protocol.http1_client import ResponseHead, format_headers
 
@@ -38,8 +28,10 @@ _ERROR_BODY_LIMIT = 64 * 1024
 
 
 class mapped_errors:  # lower-case: used as `with mapped_errors(provider):`
-    """The one place the pool's exceptions become ours. A class rather than a generator
-    context manager: it runs several times per upstream call (a few µs less each)."""
+    """The one place an upstream failure gets its provider: the pool and the parsers raise
+    members of the `UpstreamError` family without one (they do not know it). A class rather
+    than a generator context manager: it runs several times per upstream call (a few µs less
+    each)."""
 
     __slots__ = ("_provider",)
 
@@ -52,16 +44,8 @@ class mapped_errors:  # lower-case: used as `with mapped_errors(provider):`
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if isinstance(exc, UpstreamMalformed) and not exc.provider:
-            raise exc.named(self._provider) from exc
-        if exc is None or not isinstance(exc, PoolError):
-            return
-        provider = self._provider
-        if isinstance(exc, ReadTimedOut):
-            raise UpstreamTimeout(provider, str(exc)) from exc
-        if isinstance(exc, ConnectFailed):
-            raise UpstreamUnavailable(provider, str(exc)) from exc
-        raise UpstreamUnavailable(provider, f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(exc, UpstreamError):
+            exc.named(self._provider)  # in place; it propagates as it is
 
 
 @dataclass

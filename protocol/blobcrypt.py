@@ -49,6 +49,8 @@ from collections.abc import Callable
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from protocol.errors import BlobCorrupt
+
 MAGIC = b"MGFE"
 VERSION = 1
 HEADER_BYTES = 16
@@ -61,10 +63,6 @@ _PREFIX_BYTES = 8
 _MAX_CHUNKS = 1 << 32  # the counter is 32 bits: 256 TiB at 64 KiB chunks
 _INDEX = struct.Struct(">I")
 _INDEX_FINAL = struct.Struct(">IB")
-
-
-class BlobCorrupt(Exception):
-    """An encrypted blob that does not authenticate (see the module docstring)."""
 
 
 def new_data_key() -> bytes:

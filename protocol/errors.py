@@ -1,24 +1,37 @@
-"""The OpenAI error shape, and the one exception class every layer above raises for the client.
+"""The protocol layer's exceptions: the OpenAI error shape, the upstream family, and what the
+pure parsers and codecs below every other layer raise.
 
 `APIError` carries everything the HTTP layer needs (status, type, code, param, extra headers);
-rendering it is pure. Lower layers (storage, upstream clients) have their own exceptions, mapped
-to `APIError` at the gateway boundary — never leaked to clients with a driver message.
+rendering it is pure. Lower layers' exceptions are mapped to `APIError` once, at the gateway
+boundary (gateway/web/errors.py `to_api_error`) — never leaked to clients with a driver message.
 
 The upstream family is here, below every layer that raises or catches it: parsers in protocol/
-raise `UpstreamMalformed`, the upstream client (actors/upstream.py) raises the others and names
-the provider, and the gateway's boundary (gateway/web/errors.py `to_api_error`) maps them all:
+raise `UpstreamMalformed`, the connection pool (actors/errors.py: `ConnectFailed`,
+`ConnectionBroken`, `ReadTimedOut` are members) and the upstream client raise the others, and
+the upstream client names the provider (`named`):
 
     Exception
      ├── APIError                   answered to the client as it is
-     └── UpstreamError              an upstream call failed; `provider` names it ("" until the
-          │                         upstream client knows it: a parser does not)
-          ├── UpstreamStatusError   the provider answered a non-2xx status (`status`, `body`,
-          │                         `retry_after`)
-          ├── UpstreamUnavailable   could not connect, or the connection broke or was reset
-          ├── UpstreamTimeout       no answer (or no next chunk) within the read timeout
-          └── UpstreamMalformed     the provider answered something unusable: broken HTTP/1.1
-                                    framing or over a size limit, not JSON, the wrong shape,
-                                    or an error reported mid-stream; the message says how
+     ├── UpstreamError              an upstream call failed; `provider` names it ("" until the
+     │    │                         upstream client knows it: a parser does not)
+     │    ├── UpstreamStatusError   the provider answered a non-2xx status (`status`, `body`,
+     │    │                         `retry_after`)
+     │    ├── UpstreamUnavailable   could not connect, or the connection broke or was reset
+     │    ├── UpstreamTimeout       no answer (or no next chunk) within the read timeout
+     │    └── UpstreamMalformed     the provider answered something unusable: broken HTTP/1.1
+     │                              framing or over a size limit, not JSON, the wrong shape, an
+     │                              SSE event over its bound (protocol/sse.py), or an error
+     │                              reported mid-stream; the message says how
+     ├── InvalidFile                an upload is not acceptable for its purpose (protocol/files/):
+     │                              `code`, `param`; `api_error()` is the client's 400
+     ├── DatasetError               a fine-tuning dataset fails its job (`code`, `message`,
+     │                              `param`: the job's `error`)
+     ├── BlobCorrupt                an encrypted blob does not authenticate (protocol/blobcrypt.py)
+     ├── SecretBoxError             a sealed value cannot be opened (protocol/secretbox.py)
+     ├── PaymentDeclined            the payment processor refused the charge (402)
+     ├── UnknownPaymentMethod       no such payment method for the organization (400)
+     └── ValueError
+          └── SecretTooShort        a client-chosen webhook secret too short to resist guessing
 
 Types used on the wire:
 
@@ -30,6 +43,7 @@ Types used on the wire:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Self
 
 import msgspec
 
@@ -78,6 +92,15 @@ class UpstreamError(Exception):
     def __init__(self, provider: str, message: str) -> None:
         super().__init__(f"{provider}: {message}" if provider else message)
         self.provider = provider
+        self.detail = message
+
+    def named(self, provider: str) -> Self:
+        """Name the provider, when the raiser could not (a parser, the connection pool): in
+        place (it keeps its class and attributes); returns itself."""
+        if not self.provider:
+            self.provider = provider
+            self.args = (f"{provider}: {self.detail}",)
+        return self
 
 
 class UpstreamStatusError(UpstreamError):
@@ -102,10 +125,51 @@ class UpstreamMalformed(UpstreamError):
 
     def __init__(self, message: str, provider: str = "") -> None:
         super().__init__(provider, message)
-        self.detail = message
 
-    def named(self, provider: str) -> UpstreamMalformed:
-        return self if self.provider else UpstreamMalformed(self.detail, provider)
+
+class InvalidFile(Exception):
+    """The upload is not acceptable for its purpose; `param` is the multipart field (`file`)."""
+
+    def __init__(self, code: str, message: str, param: str = "file") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+    def api_error(self) -> APIError:
+        """The 400 answered to the client, in the OpenAI error shape."""
+        return invalid_request(self.message, param=self.param, code=self.code)
+
+
+class DatasetError(Exception):
+    """What fails the job: its `error` {code, message, param}."""
+
+    def __init__(self, code: str, message: str, param: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+
+
+class BlobCorrupt(Exception):
+    """An encrypted blob that does not authenticate (see protocol/blobcrypt.py)."""
+
+
+class SecretBoxError(Exception):
+    """A sealed value that cannot be opened (see protocol/secretbox.py)."""
+
+
+class PaymentDeclined(Exception):
+    """The processor refused the charge (402); nothing was taken."""
+
+
+class UnknownPaymentMethod(Exception):
+    """No such payment method for this organization (400)."""
+
+
+class SecretTooShort(ValueError):
+    """A custom webhook secret with fewer than MIN_SECRET_CHARS characters after its prefix
+    (protocol/webhooks.py)."""
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> APIError:

@@ -20,7 +20,8 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 
-from protocol.secretbox import SecretBox, SecretBoxError
+from protocol.errors import SecretBoxError
+from protocol.secretbox import SecretBox
 
 KEYRING = "keyring"  # the SecretBox purpose of the keyring's own secrets
 PEPPER_CONTEXT = ("credential-pepper",)

@@ -15,14 +15,6 @@ class PaymentMethod:
     last4: str
 
 
-class PaymentDeclined(Exception):
-    """The processor refused the charge (402); nothing was taken."""
-
-
-class UnknownPaymentMethod(Exception):
-    """No such payment method for this organization (400)."""
-
-
 class PaymentProcessor(Protocol):
     name: str
 

@@ -29,6 +29,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
+from protocol.errors import SecretBoxError
+
 VERSION = "v1"
 _PREFIX = VERSION + ":"
 _KEY_BYTES = 32
@@ -39,10 +41,6 @@ _LABEL = "model-gateway/secretbox/{purpose}/v1"
 PROVIDER_KEYS = "provider-keys"
 WEBHOOK_SECRETS = "webhook-secrets"  # context: (org id, webhook id)
 FILE_KEYS = "file-keys"  # context: (org id, file id); see wrap_data_key
-
-
-class SecretBoxError(Exception):
-    """A sealed value that cannot be opened (see the module docstring)."""
 
 
 def derive_key(master_key: bytes, purpose: str) -> bytes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from protocol.errors import UpstreamMalformed
+
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
 DEFAULT_MAX_EVENT_SIZE = 1 << 20
@@ -19,10 +21,6 @@ _BOM = b"\xef\xbb\xbf"
 def data_event(payload: bytes) -> bytes:
     """One `data:` frame; `payload` must hold no line break (compact JSON never does)."""
     return b"data: " + payload + b"\n\n"
-
-
-class SSEError(Exception):
-    """The upstream's event stream is unusable (an event over the size bound)."""
 
 
 class SSEEvent(msgspec.Struct, frozen=True):
@@ -50,7 +48,7 @@ class SSEDecoder:
         self._started = False
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        """Consume `data`; return the events it completes. Raises `SSEError` past the bound."""
+        """Consume `data`; return the events it completes. UpstreamMalformed past the bound."""
         if not self._started:
             data = self._pending + data
             self._pending = b""
@@ -79,7 +77,7 @@ class SSEDecoder:
             if line:
                 size += len(line) + 1
                 if size > limit:
-                    raise SSEError(f"an event exceeds {limit} bytes")
+                    raise UpstreamMalformed(f"an event exceeds {limit} bytes")
                 if line.startswith(b"data: "):  # the usual line, spelled the usual way
                     data_lines.append(line[6:])
                     continue
@@ -101,7 +99,7 @@ class SSEDecoder:
             size = 0
         self._size = size
         if size + len(self._pending) > limit:
-            raise SSEError(f"an event exceeds {limit} bytes")
+            raise UpstreamMalformed(f"an event exceeds {limit} bytes")
         return events
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from email.utils import parsedate_to_datetime
 from enum import Enum
 
+from protocol.errors import SecretTooShort
 from protocol.timefmt import to_iso
 
 EVENT_TYPES: tuple[str, ...] = (
@@ -87,10 +88,6 @@ def generate_secret() -> str:
     """`whsec_` and 32 random bytes, base64url without padding (43 characters)."""
     raw = base64.urlsafe_b64encode(secrets.token_bytes(SECRET_BYTES)).rstrip(b"=")
     return SECRET_PREFIX + raw.decode("ascii")
-
-
-class SecretTooShort(ValueError):
-    """A custom secret with fewer than MIN_SECRET_CHARS characters after its prefix."""
 
 
 def check_custom_secret(secret: str) -> None:

@@ -11,15 +11,9 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from protocol.errors import invalid_request
+from protocol.errors import SecretTooShort, invalid_request
 from protocol.labels import Label
-from protocol.webhooks import (
-    ALL,
-    KNOWN_TYPES,
-    MAX_SECRET_CHARS,
-    SecretTooShort,
-    check_custom_secret,
-)
+from protocol.webhooks import ALL, KNOWN_TYPES, MAX_SECRET_CHARS, check_custom_secret
 from protocol.webhooks import normalize_filter as _normalize
 
 MAX_URL_CHARS = 2048

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 import trio
 
 from protocol import blobcrypt
-from protocol.blobcrypt import BlobCorrupt, Decryptor
-from protocol.errors import APIError
-from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key
+from protocol.blobcrypt import Decryptor
+from protocol.errors import APIError, BlobCorrupt, SecretBoxError
+from protocol.secretbox import SecretBox, unwrap_data_key
 from services.keyring import recheck_after_failure
-from storage.blobs import BlobNotFound, BlobReader, BlobStore
+from storage.blobs import BlobReader, BlobStore
+from storage.errors import BlobNotFound
 from storage.files import FileRecord, FileRepository
 
 VISION = "vision"

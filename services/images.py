@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import trio
 
 from protocol import blobcrypt
-from protocol.blobcrypt import BlobCorrupt, new_data_key
+from protocol.blobcrypt import new_data_key
+from protocol.errors import BlobCorrupt, SecretBoxError
 from protocol.ids import ordered_id, random_token
-from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key, wrap_data_key
+from protocol.secretbox import SecretBox, unwrap_data_key, wrap_data_key
 from services.keyring import recheck_after_failure
-from storage.blobs import BlobNotFound, BlobStore
+from storage.blobs import BlobStore
+from storage.errors import BlobNotFound
 from storage.images import ImageRecord, ImageRepository
 
 TOKEN_CHARS = 43  # ~256 bits; the issue asks for at least 128

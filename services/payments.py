@@ -10,13 +10,9 @@ from dataclasses import dataclass
 import trio
 import trio.lowlevel
 
+from protocol.errors import PaymentDeclined, UnknownPaymentMethod
 from protocol.ids import new_id
-from protocol.payments import (
-    PaymentDeclined,
-    PaymentMethod,
-    PaymentProcessor,
-    UnknownPaymentMethod,
-)
+from protocol.payments import PaymentMethod, PaymentProcessor
 
 __all__ = [
     "Charge",

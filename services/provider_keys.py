@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol.errors import APIError
+from protocol.errors import APIError, SecretBoxError
 from protocol.provider_keys import sealing_context
-from protocol.secretbox import SecretBox, SecretBoxError
+from protocol.secretbox import SecretBox
 from services.keyring import recheck_after_failure
 from storage.provider_keys import ProviderKeyRepository, SealedProviderKey
 

@@ -19,9 +19,9 @@ from typing import Any
 import msgspec
 
 from protocol.blobcrypt import new_data_key
-from protocol.errors import server_error
+from protocol.errors import SecretBoxError, server_error
 from protocol.responses.objects import ResponseObject
-from protocol.secretbox import SecretBox, SecretBoxError, unwrap_data_key, wrap_data_key
+from protocol.secretbox import SecretBox, unwrap_data_key, wrap_data_key
 from services.keyring import recheck_after_failure
 from storage.responses import ResponseRecord, ResponseRepository
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from storage.database import Database, Executor, Row
-from storage.errors import StorageError
+from storage.errors import QuotaExceeded, StorageError
 from storage.pages import Page
 
 UPLOADING = "uploading"
@@ -30,14 +30,6 @@ _COLUMNS = (
     " charged_bytes, created_at, updated_at, expires_at"
 )
 _VISIBLE = "status = 'processed' AND (expires_at IS NULL OR expires_at > :now)"
-
-
-class QuotaExceeded(StorageError):
-    """The reservation would take the org past its quota; nothing was changed."""
-
-    def __init__(self, quota: int) -> None:
-        super().__init__(f"file storage quota of {quota} bytes reached")
-        self.quota = quota
 
 
 @dataclass(frozen=True, slots=True)

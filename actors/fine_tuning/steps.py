@@ -25,9 +25,8 @@ from actors.fine_tuning.provider import FineTuningAPI
 from actors.fine_tuning.settings import FineTuningConfig
 from actors.upstream import Upstreams
 from actors.webhooks.clock import WallClock
-from protocol.blobcrypt import BlobCorrupt
-from protocol.errors import APIError, UpstreamError, UpstreamStatusError
-from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
+from protocol.errors import APIError, BlobCorrupt, DatasetError, UpstreamError, UpstreamStatusError
+from protocol.fine_tuning.dataset import DatasetCheck
 from protocol.fine_tuning.provider import (
     ACTIVE,
     CANCELLED,

@@ -27,7 +27,8 @@ from actors.webhooks.clock import WallClock
 from actors.webhooks.metrics import DeliveryMetrics
 from actors.webhooks.secrets import signing_secrets
 from actors.webhooks.sender import AttemptResult, WebhookSender
-from protocol.secretbox import SecretBox, SecretBoxError
+from protocol.errors import SecretBoxError
+from protocol.secretbox import SecretBox
 from protocol.webhooks import (
     Outcome,
     delivery_headers,

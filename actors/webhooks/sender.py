@@ -33,15 +33,9 @@ from urllib.parse import urlsplit
 
 import trio
 
-from actors.http1_connection import (
-    Connection,
-    ConnectionBroken,
-    PoolError,
-    Response,
-    Stale,
-    secure,
-)
-from protocol.errors import UpstreamMalformed
+from actors.errors import ConnectionBroken, PortRefused, Refused, Stale
+from actors.http1_connection import Connection, Response, secure
+from protocol.errors import UpstreamError, UpstreamMalformed
 from protocol.http1_client import format_request
 from protocol.netguard import Network, inside, parse_address, refusal
 
@@ -74,22 +68,6 @@ class Target:
     port: int
     authority: str  # the Host header
     target: str  # path and query
-
-
-class Refused(ValueError):
-    """A resolved address is one deliveries may not reach; `why` is its class."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(f"the URL's host resolves to a {why} address, not allowed")
-        self.why = why
-
-
-class PortRefused(ValueError):
-    """The URL names a port deliveries may not use."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(f"the URL's port {port} is not allowed")
-        self.port = port
 
 
 class _Failed(Exception):
@@ -323,7 +301,7 @@ async def _read_body(response: Response, parts: list[bytes]) -> None:
         while size < BODY_LIMIT and (chunk := await response.next_chunk()):
             parts.append(chunk)
             size += len(chunk)
-    except (PoolError, UpstreamMalformed):
+    except UpstreamError:
         pass
 
 

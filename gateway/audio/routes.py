@@ -5,8 +5,8 @@ from __future__ import annotations
 from gateway.audio.speech import Speech
 from gateway.audio.transcription import FORM_OVERHEAD_BYTES, Transcribe
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
+from gateway.web.errors import UPSTREAM_STATUSES
 from protocol.audio.api import AudioBytes, TranscriptionForm, TranscriptText
 from protocol.audio.speech import CONTENT_TYPES as SPEECH_CONTENT_TYPES
 from protocol.audio.speech import SpeechRequest

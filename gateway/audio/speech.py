@@ -12,7 +12,6 @@ from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import cancel_on_disconnect
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol.audio.speech import check_voice, parse_speech, upstream_body
 from protocol.errors import UpstreamError
@@ -36,7 +35,7 @@ class Speech:
         try:
             failure = await relay(call, client, body, request.content_type)
             if failure is not None:
-                raise await upstream_failure(call, deps, failure) from None
+                raise failure  # the boundary maps it (gateway/web/errors.py)
         finally:
             if http.started:  # relayed, even in part (the client left, the provider broke)
                 call.charge_units(units, unit_price)

@@ -22,7 +22,6 @@ from actors.upstream import mapped_errors
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.multipart import Form, MultipartLimits, Part
 from gateway.web.request import Request
 from gateway.web.responses import Response
@@ -37,7 +36,7 @@ from protocol.audio.transcription import (
     file_too_large,
     reserved_minutes,
 )
-from protocol.errors import APIError, UpstreamError, invalid_request
+from protocol.errors import APIError, invalid_request
 from protocol.multipart_form import FormEncoder
 
 # What one form may hold: the file, the seven documented fields, and a few an SDK may add.
@@ -104,18 +103,15 @@ class Transcribe:
                     model.upstream,
                     extension,
                 )
-                try:
-                    async with client.post_streamed(
-                        self._path,
-                        sent,
-                        content_type=upload.form.content_type,
-                        accept="application/json",
-                        api_key=call.own_key,
-                    ) as response:
-                        with mapped_errors(client.name):
-                            raw = await response.read(client.max_response_bytes)
-                except UpstreamError as exc:
-                    raise await upstream_failure(call, deps, exc) from None
+                async with client.post_streamed(
+                    self._path,
+                    sent,
+                    content_type=upload.form.content_type,
+                    accept="application/json",
+                    api_key=call.own_key,
+                ) as response:
+                    with mapped_errors(client.name):
+                        raw = await response.read(client.max_response_bytes)
                 try:
                     result = transcript.decode(raw)
                 except (msgspec.ValidationError, msgspec.DecodeError):

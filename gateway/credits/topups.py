@@ -33,10 +33,11 @@ from gateway.web.idempotency import stored_response
 from protocol import errors
 from protocol.billing import MAX_TOPUP_MICROS, MIN_TOPUP_MICROS, TOPUP
 from protocol.billing_api import TopupResult
+from protocol.errors import PaymentDeclined
 from protocol.ids import new_id
 from protocol.labels import check_idempotency_key
 from protocol.money import micros_to_usd
-from protocol.payments import PaymentDeclined, PaymentMethod, PaymentProcessor
+from protocol.payments import PaymentMethod, PaymentProcessor
 from protocol.timefmt import now_us, to_iso
 from storage.errors import UniqueViolation
 from storage.idempotency import COMPLETED

@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import trio
 
+from gateway.errors import ClientDisconnected
 from gateway.files.upload import Upload
-from gateway.server.asgi import ClientDisconnected
 from gateway.web import Request
 from gateway.web.idempotency import stored_response
 from protocol.files.api import FileObject

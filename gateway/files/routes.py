@@ -22,7 +22,7 @@ from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.multipart import Part, malformed
 from gateway.web.responses import StreamResponse
 from protocol import errors
-from protocol.blobcrypt import BlobCorrupt
+from protocol.errors import BlobCorrupt
 from protocol.files import PURPOSES
 from protocol.files.api import FileContent, FileDeleted, FileList, FileObject, FileUpload
 from protocol.files.disposition import content_disposition

@@ -36,8 +36,8 @@ import trio
 from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.web.multipart import Part
 from protocol.blobcrypt import Encryptor, new_data_key
-from protocol.errors import APIError
-from protocol.files import FileValidator, InvalidFile, media_type, validator_for
+from protocol.errors import APIError, InvalidFile
+from protocol.files import FileValidator, media_type, validator_for
 from protocol.ids import ordered_id
 from protocol.secretbox import wrap_data_key
 from protocol.timefmt import now_us
@@ -49,7 +49,8 @@ from services.files import (
     key_context,
 )
 from storage.blobs import BlobWriter
-from storage.files import FileRecord, NewUpload, QuotaExceeded
+from storage.errors import QuotaExceeded
+from storage.files import FileRecord, NewUpload
 
 log = logging.getLogger("gateway.files")
 

@@ -8,8 +8,7 @@ import logging
 
 from gateway.web.request import Request
 from gateway.web.responses import Response
-from protocol.blobcrypt import BlobCorrupt
-from protocol.errors import APIError, not_found
+from protocol.errors import APIError, BlobCorrupt, not_found
 from protocol.timefmt import now_us
 from services.images import ImageStore, token_hash, well_formed
 

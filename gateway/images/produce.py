@@ -16,8 +16,7 @@ from gateway.images.urls import base_url, image_url
 from gateway.inference.admission import reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import upstream_failure
-from protocol.errors import APIError, UpstreamError, UpstreamMalformed, UpstreamStatusError
+from protocol.errors import APIError, UpstreamMalformed, UpstreamStatusError
 from protocol.images.generation import ImageData, ImageResult
 from protocol.images.result import content_policy_refusal, parse_result
 from protocol.timefmt import now_us
@@ -52,8 +51,9 @@ def bad_response(provider: str) -> APIError:
 
 
 async def produce(call: Call, deps: ImagesDeps, provider: str, job: Job) -> None:
-    """Answer the request with the image result; APIError for every failure (the hold is
-    released then). Cancellation: nothing is charged; images stored so far expire."""
+    """Answer the request with the image result; an exception for every failure (the hold is
+    released then; an upstream failure is the boundary's to map). Cancellation: nothing is
+    charged; images stored so far expire."""
     base = None
     if job.response_format == "url":  # before the provider is paid: a bad Host fails first
         base = base_url(deps.public_base_url, call.request.header(b"host"))
@@ -67,9 +67,7 @@ async def produce(call: Call, deps: ImagesDeps, provider: str, job: Job) -> None
             refusal = content_policy_refusal(exc.status, exc.body)
             if refusal is not None:
                 raise refusal from None
-            raise await upstream_failure(call, deps.inference, exc) from None
-        except UpstreamError as exc:
-            raise await upstream_failure(call, deps.inference, exc) from None
+            raise  # the boundary maps it (gateway/web/errors.py)
         try:
             images = parse_result(body, most=job.n)
         except UpstreamMalformed as exc:

@@ -13,8 +13,8 @@ from gateway.images.generations import Generations
 from gateway.images.produce import ImagesDeps
 from gateway.images.uploads import ImageUploads
 from gateway.images.urls import CONTENT_PATH
-from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
+from gateway.web.errors import UPSTREAM_STATUSES
 from gateway.web.routing import Auth
 from protocol.images.generation import ImageGenerationRequest, ImageResult
 from protocol.scopes import IMAGES

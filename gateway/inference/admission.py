@@ -95,10 +95,8 @@ async def admit_model(
             param="model",
             code="unsupported_model",
         )
-    assert call.principal is not None
-    call.own_key = await deps.provider_keys.lookup(call.principal.org_id, model.provider.name)
     price: ModelConfig | None = None
-    if call.own_key is None:
+    if await call.find_own_key(deps.provider_keys, model.provider.name) is None:
         require_gateway_key(model.provider)  # 503 when its api_key_env is not set
         field = UNIT_PRICE_FIELDS.get(capability)
         if field is None:

@@ -6,14 +6,22 @@ rate limit, by the request layer before the handler ran."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Protocol
 
 from gateway.config import ModelConfig
 from gateway.inference.billing import Bill, provider_cost
 from gateway.inference.model_registry import ResolvedModel, require_allowed
+from gateway.web.context import InvalidKeyReporter, OwnKey
 from gateway.web.request import Request
 from gateway.web.responses import send_json
 from protocol.usage import Usage
 from services.principal import Principal
+
+
+class OwnKeys(InvalidKeyReporter, Protocol):
+    """The org's own provider keys (services/provider_keys.py `ProviderKeyResolver`)."""
+
+    async def lookup(self, org_id: str, provider: str) -> str | None: ...
 
 
 class Call:
@@ -28,6 +36,15 @@ class Call:
         # The org's own key for the model's provider (bring-your-own-key): sent upstream
         # instead of the gateway's; the provider bills the org, so the request costs nothing.
         self.own_key: str | None = None
+
+    async def find_own_key(self, keys: OwnKeys, provider: str) -> str | None:
+        """The org's own key for `provider`, if it has one (then `own_key`, and noted on the
+        request so that the boundary maps the provider refusing it: gateway/web/errors.py)."""
+        org_id = self.principal.org_id
+        self.own_key = await keys.lookup(org_id, provider)
+        if self.own_key is not None:
+            self.ctx.own_key = OwnKey(org_id, provider, keys)
+        return self.own_key
 
     def check_model_allowed(self, model: ResolvedModel) -> None:
         key = self.principal.key

@@ -16,10 +16,8 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.errors import UpstreamError
 from protocol.openai_chat import ChatRequest, ParsedChat, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage
@@ -102,11 +100,9 @@ class ChatCompletions:
         model: ResolvedModel,
         price: ModelConfig | None,
     ) -> bytes:
-        try:
-            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
-            out, usage = chat_answer(content, model)
-        except UpstreamError as exc:
-            raise await upstream_failure(call, self._deps, exc) from None
+        # An upstream failure propagates: the boundary maps it (gateway/web/errors.py).
+        content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+        out, usage = chat_answer(content, model)
         call.charge(usage, price)
         return out
 

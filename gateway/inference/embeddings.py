@@ -5,10 +5,9 @@ from __future__ import annotations
 from gateway.inference.admission import admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
 from protocol.decoding import decode_json
-from protocol.errors import UpstreamError, UpstreamMalformed, invalid_request
+from protocol.errors import UpstreamMalformed, invalid_request
 from protocol.openai_chat import rewrite_model_in_object, rewrite_request
 from protocol.openai_schema import EmbeddingsRequest
 from protocol.usage import Usage
@@ -32,17 +31,11 @@ class Embeddings:
             call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
         )
         try:
-            try:
-                content, _ = await client.post_json(
-                    "embeddings", upstream_body, api_key=call.own_key
-                )
-            except UpstreamError as exc:
-                raise await upstream_failure(call, deps, exc) from None
+            content, _ = await client.post_json("embeddings", upstream_body, api_key=call.own_key)
             try:
                 out, usage = rewrite_model_in_object(content, model.id)
             except UpstreamMalformed as exc:  # valid HTTP, but not an embeddings list
-                bad = exc.named(model.provider.name)
-                raise await upstream_failure(call, deps, bad) from None
+                raise exc.named(model.provider.name) from None
             call.charge(usage or Usage(), price)
         finally:
             call.close_bill()

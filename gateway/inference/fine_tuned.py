@@ -18,10 +18,9 @@ import msgspec
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, model_not_found
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.provider_keys.gateway_key import require_gateway_key
 from gateway.web.request import Request
-from protocol.errors import APIError, UpstreamError, UpstreamStatusError, forbidden
+from protocol.errors import APIError, UpstreamStatusError, forbidden
 
 FT_PREFIX = "ft:"
 MAX_NAME_CHARS = 512
@@ -83,8 +82,7 @@ class DeleteModel:
         if model.provider.kind in _DELETES_AT_PROVIDER and (
             model.provider.supports is None or "fine_tuning" in model.provider.supports
         ):
-            call.own_key = await deps.provider_keys.lookup(org_id, model.provider.name)
-            if call.own_key is None:
+            if await call.find_own_key(deps.provider_keys, model.provider.name) is None:
                 require_gateway_key(model.provider)
             client = deps.upstreams.get(model.provider.name)
             try:
@@ -93,9 +91,7 @@ class DeleteModel:
                 )
             except UpstreamStatusError as exc:
                 if exc.status != 404:
-                    raise await upstream_failure(call, deps, exc) from None
-            except UpstreamError as exc:
-                raise await upstream_failure(call, deps, exc) from None
+                    raise  # the boundary maps it (gateway/web/errors.py)
         if await deps.fine_tuned_models.delete(org_id, name) is None:
             raise model_not_found(name)  # a concurrent delete won
         await call.answer_json(msgspec.json.encode(ModelDeleted(name, "model", True)))

@@ -10,8 +10,8 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.embeddings import Embeddings
 from gateway.inference.fine_tuned import DeleteModel, ModelDeleted
 from gateway.inference.models import ModelList, ModelObject, Models
-from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.web import Operation, Routes
+from gateway.web.errors import UPSTREAM_STATUSES
 from protocol.openai_schema import (
     ChatCompletion,
     ChatCompletionChunk,

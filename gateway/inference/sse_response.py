@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from gateway.server.asgi import ClientDisconnected, Receive, Scope, Send
+from gateway.errors import ClientDisconnected
+from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.request import Request
 from gateway.web.responses import Headers
 from protocol.sse import DONE, KEEPALIVE

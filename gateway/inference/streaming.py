@@ -23,7 +23,6 @@ from actors.upstream import UpstreamClient
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import ClientStream, cancel_on_disconnect
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.context import RequestContext
 from protocol.errors import UpstreamError
 
@@ -42,8 +41,8 @@ async def relay_to_client(
     """Stream `path`'s answer to the client through `frames` into `sink` (the caller's, so
     that `sink.frames_sent` stays readable for accounting whatever happens). With
     `before_last` (and a sink that holds its last write), the stream's closing frames wait
-    until it has run. Raises the APIError of an upstream that failed before the stream
-    started."""
+    until it has run. Raises the UpstreamError of an upstream that failed before the stream
+    started (the boundary answers it as JSON)."""
     http = call.request
     failure: UpstreamError | None = None
     async with trio.open_nursery() as streams:
@@ -68,7 +67,7 @@ async def relay_to_client(
             await sink.finish(before_last)
         streams.cancel_scope.cancel()
     if failure is not None:
-        raise await upstream_failure(call, deps, failure) from None
+        raise failure  # outside the nursery: not in an exception group
 
 
 def _cut(ctx: RequestContext) -> None:

@@ -9,6 +9,6 @@ it (`WatchedBox`, 503 `master_key_rotated`) until restarted is the domain's, ser
 checked every interval by the actor `KeyringPoller` (actors/keyring_watch.py).
 """
 
-from gateway.keyring.unlock import Keyring, WrongMasterKey, register_age_gauge, unlock
+from gateway.keyring.unlock import Keyring, register_age_gauge, unlock
 
-__all__ = ["Keyring", "WrongMasterKey", "register_age_gauge", "unlock"]
+__all__ = ["Keyring", "register_age_gauge", "unlock"]

@@ -35,7 +35,8 @@ from gateway.config.master_key import (
     sync_directory,
     write_key_file,
 )
-from gateway.keyring.rotate import RotationError, RotationReport, rotate_master_key
+from gateway.errors import RotationError
+from gateway.keyring.rotate import RotationReport, rotate_master_key
 from protocol.keyring import key_id
 from storage.open import open_storage
 

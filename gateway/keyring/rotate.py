@@ -26,20 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config.master_key import MasterKeyError
+from gateway.errors import RotationError
 from gateway.keyring.unlock import unlock
+from protocol.errors import SecretBoxError
 from protocol.keyring import key_id, reseal, seal_pepper
-from protocol.secretbox import SecretBox, SecretBoxError
+from protocol.secretbox import SecretBox
 from protocol.timefmt import now_us
 from storage.database import Row
 from storage.keyring import SEALED_COLUMNS, KeyringRepository, SealedColumns
 
 _BATCH = 500
 _PASSES = 5  # rows changed by instances while a pass ran are read again, this many times
-
-
-class RotationError(MasterKeyError):
-    """The rotation cannot start or finish (its message says what to do)."""
 
 
 @dataclass

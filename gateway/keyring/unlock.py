@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.config.master_key import MasterKeyError
+from gateway.errors import WrongMasterKey
 from gateway.operations.metrics import Metrics
 from protocol.credentials import derive_pepper
+from protocol.errors import SecretBoxError
 from protocol.keyring import key_id, open_pepper, seal_pepper
-from protocol.secretbox import SecretBoxError
 from protocol.timefmt import now_us
 from storage.keyring import KeyringRepository
 
@@ -24,10 +24,6 @@ _INTERRUPTED = (
     "if `gateway admin rotate-master-key` was interrupted, run it again with the same keys to"
     " finish"
 )
-
-
-class WrongMasterKey(MasterKeyError):
-    """The master key given is not the one the database's secrets are sealed under."""
 
 
 @dataclass(frozen=True)

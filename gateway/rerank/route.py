@@ -13,9 +13,8 @@ from actors.throttled_log import ThrottledWarning
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.web.request import Request
-from protocol.errors import UpstreamError, UpstreamMalformed
+from protocol.errors import UpstreamMalformed
 from protocol.ids import new_id
 from protocol.rerank import adapter_for
 from protocol.rerank.ranking import answer
@@ -46,10 +45,7 @@ class Rerank:
         try:
             client = deps.upstreams.get(model.provider.name)
             body = adapter.request_body(ranking, model.upstream)
-            try:
-                content, _ = await client.post_json(adapter.path, body, api_key=call.own_key)
-            except UpstreamError as exc:
-                raise await upstream_failure(call, deps, exc) from None
+            content, _ = await client.post_json(adapter.path, body, api_key=call.own_key)
             try:
                 upstream = adapter.parse_answer(content, pairs)
             except UpstreamMalformed as exc:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.rerank.route import Rerank
 from gateway.web import Operation, Routes
+from gateway.web.errors import UPSTREAM_STATUSES
 from protocol.rerank.ranking import RerankResponse
 from protocol.rerank.request import RerankRequest
 from protocol.scopes import RERANK

@@ -25,12 +25,11 @@ from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
-from gateway.inference.upstream_errors import upstream_failure
 from gateway.responses.context import build_context
 from gateway.responses.deps import ResponsesDeps
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.errors import UpstreamError, UpstreamMalformed, invalid_request
+from protocol.errors import UpstreamMalformed, invalid_request
 from protocol.pricing import estimate_tokens
 from protocol.responses.from_chat import response_from_chat
 from protocol.responses.native import NativeStream, native_request, native_response
@@ -133,20 +132,17 @@ class CreateResponse:
     ) -> ResponseObject | dict[str, Any]:
         completed_at = self._deps.store.clock() // 1_000_000
         response: ResponseObject | dict[str, Any]
+        content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         try:
-            content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
-            try:
-                if is_native(model):
-                    response, usage = native_response(content, skeleton, completed_at=completed_at)
-                else:
-                    chat, usage = chat_answer(content, model)
-                    response = response_from_chat(
-                        chat, skeleton, usage=usage, completed_at=completed_at
-                    )
-            except UpstreamMalformed as exc:  # not a chat completion or a response
-                raise exc.named(model.provider.name) from None
-        except UpstreamError as exc:
-            raise await upstream_failure(call, self._deps.inference, exc) from None
+            if is_native(model):
+                response, usage = native_response(content, skeleton, completed_at=completed_at)
+            else:
+                chat, usage = chat_answer(content, model)
+                response = response_from_chat(
+                    chat, skeleton, usage=usage, completed_at=completed_at
+                )
+        except UpstreamMalformed as exc:  # not a chat completion or a response
+            raise exc.named(model.provider.name) from None
         # Charged once translated: the upstream did the work whatever happens next.
         call.charge(usage, price)
         return response

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.inference.upstream_errors import UPSTREAM_STATUSES
 from gateway.responses.create import CreateResponse
 from gateway.responses.deps import ResponsesDeps
 from gateway.responses.read import InputItemList, ReadResponses, ResponseDeleted
 from gateway.web import Operation, Routes
+from gateway.web.errors import UPSTREAM_STATUSES
 from protocol.responses.objects import ResponseObject
 from protocol.responses.request import RequestBody
 from protocol.scopes import RESPONSES

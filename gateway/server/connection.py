@@ -18,7 +18,8 @@ from http import HTTPStatus
 
 import trio
 
-from gateway.server.asgi import ClientDisconnected, Message
+from gateway.errors import ClientDisconnected
+from gateway.server.asgi import Message
 from protocol.http1_server import END, Body, Event, Reject, Request, RequestParser
 
 RECEIVE_BYTES = 65536

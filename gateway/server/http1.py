@@ -33,9 +33,10 @@ import msgspec
 import trio
 
 from gateway.config.schema import ServerConfig
-from gateway.server.asgi import ASGIApp, ClientDisconnected, Message
+from gateway.errors import ClientDisconnected, HandshakeError
+from gateway.server.asgi import ASGIApp, Message
 from gateway.server.connection import REASONS, Connection, Exchange
-from gateway.server.websocket import HandshakeError, serve_websocket
+from gateway.server.websocket import serve_websocket
 from protocol.http1_server import END, Event, Reject, Request, RequestParser, Upgrade
 
 log = logging.getLogger("gateway.http")

@@ -29,7 +29,8 @@ from wsproto.events import (
 from wsproto.events import Request as WSRequest
 from wsproto.utilities import RemoteProtocolError
 
-from gateway.server.asgi import ASGIApp, ClientDisconnected, Message
+from gateway.errors import ClientDisconnected, HandshakeError
+from gateway.server.asgi import ASGIApp, Message
 from gateway.server.connection import Connection
 from protocol.http1_server import Request
 
@@ -38,10 +39,6 @@ _INBOX = 16  # messages read ahead of the app
 _CLOSE_WAIT_S = 2.0  # how long our close waits for the peer's
 _MESSAGE_TOO_BIG = 1009
 _INTERNAL_ERROR = 1011
-
-
-class HandshakeError(Exception):
-    """The upgrade request is not a valid WebSocket handshake (answer 400)."""
 
 
 class WebSocket:

@@ -2,15 +2,35 @@
 
 The ASGI middleware (gateway/web/middleware.py) creates one per HTTP request and puts it in the
 scope; routes fill in what they learn (route, org, key, model, cost), and the error mapping
-(gateway/web/errors.py) the error answered, for the `completion.error` event.
+(gateway/web/errors.py) the error answered, for the `completion.error` event. A request that
+calls a provider with the organization's own key (bring-your-own-key) says so here (`own_key`),
+so that the error mapping can tell the provider refusing that key from any other failure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 SCOPE_KEY = "gateway.request"
+
+
+class InvalidKeyReporter(Protocol):
+    async def report_invalid(
+        self, org_id: str, provider: str, *, status: int | None = None
+    ) -> bool:
+        """Record that `provider` refused the org's key (services/provider_keys.py)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class OwnKey:
+    """The request calls `provider` with `org_id`'s own key; `reporter` records a refusal."""
+
+    org_id: str
+    provider: str
+    reporter: InvalidKeyReporter
 
 
 @dataclass(slots=True)
@@ -35,6 +55,7 @@ class RequestContext:
     error_type: str | None = None  # the APIError answered (or mapped, once the response began)
     error_code: str | None = None
     error_message: str | None = None
+    own_key: OwnKey | None = None  # set by admission when the org's own provider key is used
 
     def note_error(self, type: str, code: str | None, message: str) -> None:
         self.error_type = type

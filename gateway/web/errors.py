@@ -1,4 +1,6 @@
-"""The one error mapping of every route, inference included, and the layer's own exceptions.
+"""The one error mapping of every route, inference included: every layer's exceptions (drawn
+in protocol/, storage/, services/, actors/ and gateway/errors.py) become the client's answer
+here, and only here; handlers let them propagate.
 
     APIError              its status, body and headers
     StorageUnavailable    503 database_unavailable (server_error), Retry-After: 1; logged
@@ -8,14 +10,19 @@
                           502 upstream_bad_response (UpstreamMalformed), 502
                           upstream_unavailable, and for a status: 429 upstream_rate_limited,
                           400/404/413/422 upstream_<status>, 502 upstream_auth_failed or
-                          upstream_error; logged as a warning
+                          upstream_error; logged as a warning. Except when the request
+                          used the organization's own key for that provider (`ctx.own_key`,
+                          set by admission) and the provider answered 401/403: that is
+                          recorded (`report_invalid`: a `provider_key.invalid` event, one per
+                          key per minute; a failure to record is logged, never answered) and
+                          answered 400 `invalid_provider_key` naming the provider
     ActorBroken           503 actor_unavailable (server_error), Retry-After: 1; logged (an
                           actor the request needed did not answer: crashed, restarting, or
                           given up on)
     InboxFull             503 actor_overloaded (server_error), Retry-After: 1; an actor's
                           inbox with overflow "reject" was full
     ClientDisconnected    nothing (there is no one to answer); the request is logged 499
-                          `client_disconnected` (gateway/server/asgi.py: the server raises
+                          `client_disconnected` (gateway/errors.py: the server raises
                           it when a write fails, the request layer when the body stops)
     any other Exception   500 internal_error; the traceback is logged, never sent
 
@@ -29,8 +36,9 @@ from __future__ import annotations
 import logging
 
 from actors.errors import ActorBroken, InboxFull
-from gateway.server.asgi import ClientDisconnected, Send
-from gateway.web.context import RequestContext
+from gateway.errors import ClientDisconnected
+from gateway.server.asgi import Send
+from gateway.web.context import OwnKey, RequestContext
 from gateway.web.responses import Headers, encode_headers, send_json
 from protocol.anthropic import upstream_error_message
 from protocol.errors import (
@@ -41,10 +49,14 @@ from protocol.errors import (
     UpstreamTimeout,
     server_error,
 )
+from protocol.provider_keys import REJECTED_STATUSES, rejected_by_provider
 from storage.errors import StorageUnavailable
 
 log = logging.getLogger("gateway.errors")
 PASSED_THROUGH = {400, 404, 413, 422}  # an upstream's refusals answered with its own status
+# What a route that calls a provider may answer because of it (for /openapi.json): refusals
+# passed through, rate limiting, failures, silence. Admission adds 400, 402, 403, 404 and 429.
+UPSTREAM_STATUSES = (*sorted(PASSED_THROUGH), 429, 502, 504)
 
 
 def request_too_large() -> APIError:
@@ -142,10 +154,35 @@ def upstream_error(exc: UpstreamError) -> APIError:
     )
 
 
-def to_api_error(exc: Exception, method: str, route: str) -> APIError | None:
-    """The answer for `exc` (None: answer nothing), logging what must be logged."""
+def _unwrapped(exc: Exception) -> Exception:
     while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def own_key_refusal(exc: Exception, own_key: OwnKey | None) -> UpstreamStatusError | None:
+    """`exc` if it is the provider of the org's own key refusing it (bring-your-own-key)."""
+    exc = _unwrapped(exc)
+    if (
+        own_key is not None
+        and isinstance(exc, UpstreamStatusError)
+        and exc.status in REJECTED_STATUSES
+        and exc.provider == own_key.provider
+    ):
+        return exc
+    return None
+
+
+def to_api_error(
+    exc: Exception, method: str, route: str, own_key: OwnKey | None = None
+) -> APIError | None:
+    """The answer for `exc` (None: answer nothing), logging what must be logged. `own_key`:
+    the org's own provider key the request used, if any."""
+    exc = _unwrapped(exc)
+    refusal = own_key_refusal(exc, own_key)
+    if refusal is not None:
+        log.info("%s refused an organization's own key on %s %s", refusal.provider, method, route)
+        return rejected_by_provider(refusal.provider, at_use=True)
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ClientDisconnected):
@@ -188,8 +225,21 @@ async def answer(
     ctx: RequestContext | None = None,
 ) -> None:
     """Answer `exc` on `send`, unless the response has started (then only log it). The error
-    is noted on `ctx` either way (what the request ended with)."""
-    error = to_api_error(exc, method, route)
+    is noted on `ctx` either way (what the request ended with). A refusal of the org's own
+    provider key is recorded first (cancelled: nothing is; the next refusal reports it)."""
+    own_key = ctx.own_key if ctx is not None else None
+    refusal = own_key_refusal(exc, own_key)
+    if refusal is not None:
+        assert own_key is not None
+        try:
+            await own_key.reporter.report_invalid(
+                own_key.org_id, refusal.provider, status=refusal.status
+            )
+        except Exception:
+            log.exception(
+                "recording that %r rejected an organization's key failed", refusal.provider
+            )
+    error = to_api_error(exc, method, route, own_key)
     if error is not None and ctx is not None:
         ctx.note_error(error.type, error.code, error.message)
     if error is not None and not started:

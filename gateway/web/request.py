@@ -14,7 +14,8 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
-from gateway.server.asgi import ClientDisconnected, Receive, Scope, Send
+from gateway.errors import ClientDisconnected
+from gateway.server.asgi import Receive, Scope, Send
 from gateway.web.context import RequestContext
 from gateway.web.errors import request_too_large
 from gateway.web.multipart import DEFAULT_LIMITS, Form, MultipartLimits, open_multipart

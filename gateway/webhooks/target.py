@@ -23,7 +23,8 @@ may carry a receiver's token).
 
 from __future__ import annotations
 
-from actors.webhooks.sender import PortRefused, Refused, check_url
+from actors.errors import PortRefused, Refused
+from actors.webhooks.sender import check_url
 from gateway.config.schema import WebhooksConfig
 from protocol.errors import APIError, invalid_request
 

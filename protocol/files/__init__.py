@@ -3,8 +3,8 @@
 No I/O. `validator_for(purpose)` gives a fresh validator; the upload's bytes are fed to it in
 pieces of any size as they arrive (`feed(piece)`), then `finish()` returns the media type the
 content proved to be (or None when the purpose does not inspect content). Either raises
-`InvalidFile` at the first problem; memory and CPU are bounded whatever the input (one carried
-JSONL line of at most 8 MiB, or a few bytes of an image header).
+`InvalidFile` (protocol/errors.py) at the first problem; memory and CPU are bounded whatever
+the input (one carried JSONL line of at most 8 MiB, or a few bytes of an image header).
 
     fine-tune      fine_tune.py   JSONL in the chat fine-tuning format     invalid_jsonl
     batch          batch.py       JSONL against the batch envelope         invalid_jsonl
@@ -22,14 +22,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from protocol.files.batch import BatchValidator
-from protocol.files.errors import InvalidFile
 from protocol.files.fine_tune import FineTuneValidator
 from protocol.files.images import ImageValidator
 from protocol.files.media import media_type
 
 PURPOSES = ("fine-tune", "batch", "assistants", "vision", "user_data")
 
-__all__ = ["PURPOSES", "FileValidator", "InvalidFile", "media_type", "validator_for"]
+__all__ = ["PURPOSES", "FileValidator", "media_type", "validator_for"]
 
 
 class FileValidator(Protocol):

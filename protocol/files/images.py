@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 
-from protocol.files.errors import InvalidFile
+from protocol.errors import InvalidFile
 
 MAX_SIDE = 16_384
 MAX_PIXELS = 100_000_000

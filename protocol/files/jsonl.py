@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.files.errors import InvalidFile
+from protocol.errors import InvalidFile
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 FAST_MIN_LINES = 64  # complete lines in a piece from which they are decoded in one call

@@ -14,23 +14,13 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol.files.errors import InvalidFile
+from protocol.errors import DatasetError, InvalidFile
 from protocol.files.fine_tune import Example, FineTuneValidator, TextPart
 from protocol.pricing import estimate_tokens
 
 INVALID_FORMAT = "invalid_format"
 TOKEN_LIMIT_EXCEEDED = "token_limit_exceeded"
 _encode = msgspec.json.encode
-
-
-class DatasetError(Exception):
-    """What fails the job: its `error` {code, message, param}."""
-
-    def __init__(self, code: str, message: str, param: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.param = param
 
 
 def example_tokens(example: Example) -> int:

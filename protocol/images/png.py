@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.errors import APIError, invalid_request
-from protocol.files.errors import InvalidFile
+from protocol.errors import APIError, InvalidFile, invalid_request
 from protocol.files.images import ImageValidator
 
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024  # OpenAI's dall-e-2 limit: "less than 4 MB"

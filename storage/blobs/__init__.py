@@ -17,12 +17,9 @@ name nothing but an object of the store. Content is opaque here: the caller encr
 
 from storage.blobs.interface import (
     READ_CHUNK,
-    BlobNotFound,
     BlobReader,
     BlobStore,
-    BlobStoreUnavailable,
     BlobWriter,
-    InvalidBlobKey,
     validate_key,
 )
 from storage.blobs.local import LocalBlobStore
@@ -30,12 +27,9 @@ from storage.blobs.s3 import S3BlobStore, S3Settings
 
 __all__ = [
     "READ_CHUNK",
-    "BlobNotFound",
     "BlobReader",
     "BlobStore",
-    "BlobStoreUnavailable",
     "BlobWriter",
-    "InvalidBlobKey",
     "LocalBlobStore",
     "S3BlobStore",
     "S3Settings",

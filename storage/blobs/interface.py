@@ -1,5 +1,5 @@
-"""The blob store interface (`BlobStore`, `BlobWriter`, `BlobReader`), its errors and the key
-rules shared by every backend."""
+"""The blob store interface (`BlobStore`, `BlobWriter`, `BlobReader`) and the key rules shared
+by every backend (its errors are storage/errors.py's)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import TracebackType
 
 import trio
 
-from storage.errors import NotFound, StorageUnavailable
+from storage.errors import BlobNotFound, InvalidBlobKey
 
 READ_CHUNK = 1024 * 1024  # the largest chunk a reader yields: memory per download stays bounded
 MAX_KEY_BYTES = 512  # well under S3's 1,024 and any filesystem's path limit
@@ -20,18 +20,6 @@ MAX_KEY_SEGMENTS = 8
 # directory) can never be named; no "\\", no ":", nothing outside ASCII.
 _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"
 _KEY = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT})*")
-
-
-class InvalidBlobKey(ValueError):
-    """A key outside the allowed form; a bug in the caller, never a client's input."""
-
-
-class BlobNotFound(NotFound):
-    """No committed object under the key."""
-
-
-class BlobStoreUnavailable(StorageUnavailable):
-    """The store could not be reached or failed (disk error, object store down)."""
 
 
 def validate_key(key: str) -> str:

@@ -22,15 +22,8 @@ from typing import TypeVar
 
 import trio
 
-from storage.blobs.interface import (
-    READ_CHUNK,
-    BlobNotFound,
-    BlobReader,
-    BlobStore,
-    BlobStoreUnavailable,
-    BlobWriter,
-    validate_key,
-)
+from storage.blobs.interface import READ_CHUNK, BlobReader, BlobStore, BlobWriter, validate_key
+from storage.errors import BlobNotFound, BlobStoreUnavailable
 from storage.private_paths import private_dir
 
 WRITE_BATCH = 1024 * 1024

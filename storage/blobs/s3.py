@@ -21,15 +21,8 @@ import botocore.config
 import botocore.exceptions
 import trio
 
-from storage.blobs.interface import (
-    READ_CHUNK,
-    BlobNotFound,
-    BlobReader,
-    BlobStore,
-    BlobStoreUnavailable,
-    BlobWriter,
-    validate_key,
-)
+from storage.blobs.interface import READ_CHUNK, BlobReader, BlobStore, BlobWriter, validate_key
+from storage.errors import BlobNotFound, BlobStoreUnavailable
 
 PART_SIZE = 8 * 1024 * 1024  # S3's minimum is 5 MiB (but the last); 8 MiB as the AWS CLI
 T = TypeVar("T")

@@ -11,7 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.upstream import UpstreamClient, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from actors.upstream import UpstreamClient
+from protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from tests.actors.test_http1_pool import _self_signed
 from tests.raw_upstream import RawUpstream, serve_raw_upstream
 from tests.tcp_forwarder import forwarding

@@ -293,7 +293,7 @@ async def test_a_stream_cut_short_ends_with_an_error_frame_then_done() -> None:
 
 
 async def test_a_transport_failure_midway_is_reported_in_the_stream() -> None:
-    from actors.http1_pool import ConnectionBroken
+    from actors.errors import ConnectionBroken
 
     relays = StreamRelays()
     body = ScriptedBody([_frame(0), ConnectionBroken("reset")])
@@ -312,7 +312,7 @@ async def test_the_org_key_given_to_the_relay_is_used_for_the_upstream_stream() 
 
 
 async def test_a_source_with_its_own_failure_ends_a_broken_stream_its_way() -> None:
-    from actors.http1_pool import ConnectionBroken
+    from actors.errors import ConnectionBroken
     from protocol.responses.objects import ResponseObject
     from protocol.responses.stream import ResponseStream
 

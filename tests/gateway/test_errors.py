@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from gateway.audio import FORM_OVERHEAD_BYTES as AUDIO_FORM_OVERHEAD_BYTES
-from gateway.server.asgi import ClientDisconnected
+from gateway.errors import ClientDisconnected
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol.scopes import CHAT_COMPLETIONS
 from tests.backends import POSTGRES_URL

@@ -15,8 +15,9 @@ import trio.testing
 from msgspec.structs import replace
 
 from gateway.config.schema import ServerConfig
+from gateway.errors import ClientDisconnected
 from gateway.server import http1
-from gateway.server.asgi import ClientDisconnected, Message
+from gateway.server.asgi import Message
 from gateway.server.http1 import Http1Server
 from protocol.http1_server import Request
 from tests.gateway.rawhttp import Raw, get

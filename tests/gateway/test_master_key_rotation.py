@@ -15,24 +15,19 @@ import trio
 
 from actors.webhooks.secrets import secret_context, webhook_box
 from gateway.config.master_key import MASTER_KEY_FILE, NEXT_KEY_FILE, read_key_file
-from gateway.keyring import WrongMasterKey, register_age_gauge, unlock
+from gateway.errors import RotationError, WrongMasterKey
+from gateway.keyring import register_age_gauge, unlock
 from gateway.keyring.command import rotate_command
-from gateway.keyring.rotate import RotationError, _reseal_table, rotate_master_key
+from gateway.keyring.rotate import _reseal_table, rotate_master_key
 from gateway.operations.metrics import Metrics
 from gateway.runtime import open_runtime
 from protocol import blobcrypt
 from protocol.credentials import CredentialHasher, CredentialKind, derive_pepper
+from protocol.errors import SecretBoxError
 from protocol.ids import new_id
 from protocol.keyring import key_id
 from protocol.provider_keys import sealing_context
-from protocol.secretbox import (
-    FILE_KEYS,
-    PROVIDER_KEYS,
-    SecretBox,
-    SecretBoxError,
-    unwrap_data_key,
-    wrap_data_key,
-)
+from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, SecretBox, unwrap_data_key, wrap_data_key
 from protocol.timefmt import now_us
 from storage.images import ImageRecord
 from storage.keyring import SEALED_COLUMNS

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.errors import ClientDisconnected
 from gateway.files.form import FORM_OVERHEAD_BYTES
-from gateway.server.asgi import ClientDisconnected
 from gateway.web import Operation, Request, Response, Routes, json_response
 from gateway.web.multipart import Form
 from gateway.web.spool import SpooledFile

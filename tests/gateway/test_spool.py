@@ -12,7 +12,8 @@ import pytest
 import trio
 
 from gateway.web.spool import DISK_WRITE_BYTES, SpooledFile
-from protocol.blobcrypt import BlobCorrupt, ciphertext_size
+from protocol.blobcrypt import ciphertext_size
+from protocol.errors import BlobCorrupt
 
 MEMORY = 64 * 1024
 

@@ -13,7 +13,6 @@ from protocol.blobcrypt import (
     CHUNK_SIZE,
     HEADER_BYTES,
     TAG_BYTES,
-    BlobCorrupt,
     Decryptor,
     Encryptor,
     ciphertext_size,
@@ -22,13 +21,8 @@ from protocol.blobcrypt import (
     new_data_key,
     plaintext_size,
 )
-from protocol.secretbox import (
-    FILE_KEYS,
-    SecretBox,
-    SecretBoxError,
-    unwrap_data_key,
-    wrap_data_key,
-)
+from protocol.errors import BlobCorrupt, SecretBoxError
+from protocol.secretbox import FILE_KEYS, SecretBox, unwrap_data_key, wrap_data_key
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))

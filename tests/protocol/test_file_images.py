@@ -12,7 +12,8 @@ import zlib
 import pytest
 from PIL import Image
 
-from protocol.files import InvalidFile, validator_for
+from protocol.errors import InvalidFile
+from protocol.files import validator_for
 from protocol.files.images import MAX_FILL, MAX_PIXELS, MAX_SEGMENTS, MAX_SIDE, ImageValidator
 
 

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from protocol.files import InvalidFile, validator_for
+from protocol.errors import InvalidFile
+from protocol.files import validator_for
 from protocol.files.batch import MAX_REQUESTS
 from protocol.files.jsonl import FAST_MIN_LINES, MAX_LINE_BYTES
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.files import PURPOSES, InvalidFile, media_type, validator_for
+from protocol.errors import InvalidFile
+from protocol.files import PURPOSES, media_type, validator_for
 
 
 def test_purposes_are_specs() -> None:

@@ -9,10 +9,10 @@ from decimal import Decimal
 import msgspec
 import pytest
 
-from protocol.errors import APIError, UpstreamMalformed
+from protocol.errors import APIError, DatasetError, UpstreamMalformed
 from protocol.files.jsonl import FAST_MIN_LINES
 from protocol.fine_tuning.api import JobCreate
-from protocol.fine_tuning.dataset import DatasetCheck, DatasetError
+from protocol.fine_tuning.dataset import DatasetCheck
 from protocol.fine_tuning.provider import (
     find_job_for_file,
     map_status,

@@ -10,7 +10,8 @@ import hmac
 import pytest
 
 from protocol.credentials import derive_pepper
-from protocol.secretbox import PROVIDER_KEYS, SecretBox, SecretBoxError, derive_key
+from protocol.errors import SecretBoxError
+from protocol.secretbox import PROVIDER_KEYS, SecretBox, derive_key
 
 MASTER = bytes(range(32))
 CONTEXT = ("org_a", "openai")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.sse import DONE, KEEPALIVE, SSEDecoder, SSEError, SSEEvent, data_event
+from protocol.errors import UpstreamMalformed
+from protocol.sse import DONE, KEEPALIVE, SSEDecoder, SSEEvent, data_event
 
 SAMPLE = (
     b": connected\n"
@@ -118,19 +119,19 @@ def test_several_events_in_one_feed() -> None:
 def test_an_event_over_the_bound_raises() -> None:
     decoder = SSEDecoder(max_event_size=100)
     decoder.feed(b"data: " + b"x" * 60 + b"\n")
-    with pytest.raises(SSEError):
+    with pytest.raises(UpstreamMalformed):
         decoder.feed(b"data: " + b"y" * 60 + b"\n")
 
 
 def test_an_unterminated_line_over_the_bound_raises_before_its_end() -> None:
     decoder = SSEDecoder(max_event_size=100)
     decoder.feed(b"data: " + b"x" * 50)
-    with pytest.raises(SSEError):
+    with pytest.raises(UpstreamMalformed):
         decoder.feed(b"x" * 50)
 
 
 def test_a_huge_event_completed_in_one_feed_raises() -> None:
-    with pytest.raises(SSEError):
+    with pytest.raises(UpstreamMalformed):
         SSEDecoder(max_event_size=100).feed(b"data: " + b"x" * 200 + b"\n\n")
 
 

@@ -10,8 +10,8 @@ import trio
 
 from protocol.ids import ordered_id
 from storage import Storage
-from storage.errors import StorageError
-from storage.files import PROCESSED, UPLOADING, NewUpload, QuotaExceeded
+from storage.errors import QuotaExceeded, StorageError
+from storage.files import PROCESSED, UPLOADING, NewUpload
 
 QUOTA = 1000
 

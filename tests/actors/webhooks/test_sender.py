@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.webhooks.sender import BODY_LIMIT, PortRefused, WebhookSender, check_url, parse_url
+from actors.errors import PortRefused
+from actors.webhooks.sender import BODY_LIMIT, WebhookSender, check_url, parse_url
 from protocol.webhooks import delivery_headers
 from tests.actors.webhooks.conftest import start_receiver
 from tests.webhook_receiver import (

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.keyring.command import rotate_command
-from protocol.secretbox import FILE_KEYS, SecretBox, SecretBoxError, unwrap_data_key
+from protocol.errors import SecretBoxError
+from protocol.secretbox import FILE_KEYS, SecretBox, unwrap_data_key
 from tests.gateway.files.conftest import files_gateway
 from tests.gateway.files.support import chat_jsonl, content_of, uploaded
 

@@ -11,8 +11,9 @@ import pytest
 import trio
 
 from protocol.ids import random_token
-from storage.blobs import BlobStoreUnavailable, LocalBlobStore, S3BlobStore, S3Settings
+from storage.blobs import LocalBlobStore, S3BlobStore, S3Settings
 from storage.blobs.s3 import PART_SIZE
+from storage.errors import BlobStoreUnavailable
 from tests.seaweedfs import SeaweedFS
 from tests.storage.blobs.conftest import StoreUnderTest, s3_settings
 

@@ -9,8 +9,9 @@ import hashlib
 import pytest
 import trio
 
-from storage.blobs import READ_CHUNK, BlobNotFound, BlobStore, InvalidBlobKey
+from storage.blobs import READ_CHUNK, BlobStore
 from storage.blobs.s3 import PART_SIZE
+from storage.errors import BlobNotFound, InvalidBlobKey
 from tests.storage.blobs.conftest import StoreUnderTest
 
 MiB = 1024 * 1024
