@@ -3,8 +3,10 @@ them in batches, so that the senders (the hot path) never wait for, nor add, a c
 
 A batch is written when `max_batch` items are waiting, every `flush_interval_s` (Trio's clock),
 when a sender asks for it (`offer(..., urgent=True)`, `flush()`), and once more when the actor
-stops. Each write runs shielded and bounded (actors/flushing.py): a stop waits for the write in
-progress up to `flush_limit_s`. A write that fails, or is cut off (its outcome unknown), keeps
+stops. Between writes the loop waits for the interval or for a batch to be due, not for each
+item: an offer on the hot path is an append to the inbox, without waking the writer. Each
+write runs shielded and bounded (actors/flushing.py): a stop waits for the write in progress up
+to `flush_limit_s`. A write that fails, or is cut off (its outcome unknown), keeps
 its batch at the head, in order, and the next flush writes it again with `rewrite` (e.g. one
 that skips the rows already stored), so nothing is lost and, with such a `rewrite`, nothing is
 written twice. The inbox's `overflow` (settings kind "batch_writer") says what a full inbox
@@ -93,6 +95,10 @@ class BatchWriter(Actor, Generic[T]):
         self._retry = False  # the buffer's head failed once: its outcome is unknown
         self._writing = 0  # items in the write in progress
         self._urgent = False
+        # Set when a batch is due before the interval (urgent, or max_batch waiting). The loop
+        # waits on it rather than receiving item by item: a sender's offer is then a buffer
+        # append, not a wake-up and a task switch of the writer per item.
+        self._due = trio.Event()
         self._lock = trio.Lock()  # one write at a time (the loop, `flush`, the final flush)
         self.stats = BatchWriterStats()
 
@@ -106,7 +112,7 @@ class BatchWriter(Actor, Generic[T]):
         self.stats.offered += 1
         if self._keep_all:
             self._inbox.send_nowait(item)  # unbounded: never raises WouldBlock
-            self._urgent = self._urgent or urgent
+            self._poke(urgent)
             return True
         try:
             if self.queued() >= self._inbox.capacity:  # a failed batch kept counts too
@@ -119,9 +125,15 @@ class BatchWriter(Actor, Generic[T]):
             self._inbox.drop_oldest()
             self.stats.dropped += 1
             self._inbox.send_nowait(item)
+        self._poke(urgent)
+        return True
+
+    def _poke(self, urgent: bool) -> None:
+        """An item was queued: wake the loop if a batch is due now."""
         if urgent:
             self._urgent = True
-        return True
+        if self._urgent or self._inbox.depth() + len(self._buffer) >= self._max_batch:
+            self._due.set()
 
     async def put(self, item: T) -> None:
         """Queue `item` the way the inbox's overflow says (may wait, or raise `InboxFull`)."""
@@ -133,6 +145,7 @@ class BatchWriter(Actor, Generic[T]):
             self.stats.dropped += 1
             raise
         self.stats.dropped += self._inbox.dropped - dropped
+        self._poke(False)
 
     def has_room(self) -> bool:
         """Fewer than `inbox_capacity` items are waiting to be written."""
@@ -185,15 +198,25 @@ class BatchWriter(Actor, Generic[T]):
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        interval = self._flush_interval_s
+        tick = trio.current_time() + interval
         try:
             while True:
-                with trio.move_on_after(self._flush_interval_s):
-                    while not self._full():
-                        # Not `self._buffer.append(await ...)`: that binds the list before
-                        # the wait, and a flush meanwhile replaces it (the item was lost).
-                        item = await self._inbox.receive()
-                        self._buffer.append(item)
-                        self._take_waiting()
+                if not self._buffer:  # idle: wait for an item, without a timer
+                    # Not `self._buffer.append(await ...)`: that binds the list before the
+                    # wait, and a flush meanwhile replaces it (the item was lost).
+                    item = await self._inbox.receive()
+                    self._buffer.append(item)
+                # Then more items gather in the inbox until the interval's tick or until a
+                # batch is due (`_poke`); the flush takes them all. Ticks every interval from
+                # the last flush, as if an idle writer flushed nothing at each.
+                if not self._urgent and self._inbox.depth() + len(self._buffer) < self._max_batch:
+                    now = trio.current_time()
+                    if tick <= now:
+                        tick += ((now - tick) // interval + 1) * interval
+                    with trio.CancelScope(deadline=tick):
+                        await self._due.wait()
+                self._due = trio.Event()
                 self._urgent = False
                 if not await flush_shielded(self.flush, self._flush_limit_s):
                     log.error(
@@ -203,6 +226,7 @@ class BatchWriter(Actor, Generic[T]):
                     )
                 if self._retry:  # failed: try again after an interval, not in a loop
                     await trio.sleep(self._flush_interval_s)
+                tick = trio.current_time() + interval
         finally:  # stopping (or crashed): write what is left
             if not await flush_shielded(self.flush, self._flush_limit_s) or self.queued():
                 log.error("%s stopping: %d items were not written", self.name, self.queued())
@@ -241,8 +265,7 @@ class BatchWriter(Actor, Generic[T]):
             rows = await (self._rewrite if retry else self._write)(batch)
             written = True
             seconds = trio.current_time() - began
-            for _ in batch:  # each item waited for the whole write
-                self._inbox.handled(seconds)
+            self._inbox.handled(seconds, len(batch))  # each item waited for the whole write
         except Exception:
             log.exception("%s: writing %d items failed; retrying", self.name, len(batch))
         finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Generic, TypeVar, cast
 
 import trio
@@ -144,9 +145,10 @@ class Inbox(Generic[T]):
         """Messages handed to a waiting receiver that has not resumed yet (0 or 1)."""
         return self.depth() - self._receive.statistics().current_buffer_used
 
-    def handled(self, seconds: float) -> None:
-        """Record that the actor handled one message (or batch) in `seconds` (Trio's clock)."""
-        self._timings.record(seconds)
+    def handled(self, seconds: float, messages: int = 1) -> None:
+        """Record that the actor handled `messages` messages (a batch) in `seconds` (Trio's
+        clock): each of them took that long."""
+        self._timings.record(seconds, messages)
 
     def handling(self) -> tuple[int, float | None]:
         """Messages handled and the p99 of their handling time (see `HandlingTimes`)."""
@@ -173,11 +175,15 @@ class HandlingTimes:
 
     def __init__(self, keep: int = 1024) -> None:
         self.count = 0
+        self._keep = keep
         self._recent: deque[float] = deque(maxlen=keep)
 
-    def record(self, seconds: float) -> None:
-        self.count += 1
-        self._recent.append(seconds)
+    def record(self, seconds: float, messages: int = 1) -> None:
+        self.count += messages
+        if messages == 1:
+            self._recent.append(seconds)
+        else:  # one C call for a batch
+            self._recent.extend(repeat(seconds, min(messages, self._keep)))
 
     def p99(self) -> float | None:
         if not self._recent:
