@@ -303,22 +303,8 @@ class Response:
         """The next body bytes as they arrive (chunked framing removed); b"" at the end.
         Cancellation leaves the connection unusable; the pool then closes it. (A method, not
         an async generator, so that abandoning a body leaves nothing to finalize.)"""
-        if self._pending:
-            data, self._pending = self._pending, b""
-            return data
-        parser = self._parser
-        while not parser.done:
-            data = await self._receive()
-            if not data:
-                try:
-                    parser.feed_eof()
-                except UpstreamMalformed as exc:
-                    raise ConnectionBroken(str(exc), eof=True) from None
-                return b""
-            body = parser.feed(data)  # UpstreamMalformed: it broke the framing
-            if body:
-                return body
-        return b""
+        # Silence as long as the read timeout is a ReadTimedOut, never None.
+        return await self.next_chunk_or_silence(self._read_timeout) or b""
 
     async def next_chunk_or_silence(self, idle_s: float) -> bytes | None:
         """As `next_chunk`, or None when nothing arrived for `idle_s` (the caller may send a
@@ -387,15 +373,3 @@ class Response:
             parts.append(chunk)
             size += len(chunk)
         return b"".join(parts)
-
-    async def _receive(self) -> bytes:
-        # A plain cancel scope, not trio.fail_after (a generator context manager: a few µs
-        # per read, and a stream reads once per upstream chunk).
-        try:
-            with trio.move_on_after(self._read_timeout) as waited:
-                data = await self._conn.stream.receive_some(_RECEIVE)
-                return data if isinstance(data, bytes) else bytes(data)
-        except _FAILED as exc:
-            raise ConnectionBroken(type(exc).__name__) from None
-        assert waited.cancelled_caught
-        raise ReadTimedOut(f"no data for {self._read_timeout} s")

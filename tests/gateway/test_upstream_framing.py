@@ -163,6 +163,9 @@ async def test_stray_bytes_never_reach_another_organizations_request(rig: Rig) -
         "connections_opened": 2,
         "connections_discarded": 1,
         "connections_expired": 0,
+        "connections_in_use": 0,
+        "connections_idle": 1,  # the second, pooled again
+        "max_connections": 100,
     }
 
 
