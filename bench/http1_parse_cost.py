@@ -68,7 +68,8 @@ def _old_parser(old: types.ModuleType) -> Callable[[list[bytes]], bytes]:
     return parse
 
 
-def _best(parse: Callable[[list[bytes]], bytes], parts: list[bytes], n: int) -> float:
+def best_us(parse: Callable[[list[bytes]], bytes], parts: list[bytes], n: int) -> float:
+    """µs per call of `parse(parts)`, the best of three runs of `n` calls."""
     runs = []
     for _ in range(3):
         started = time.perf_counter()
@@ -83,7 +84,7 @@ def main() -> None:
     old = _old_parser(_old_module())
     for name, parts in (("JSON, 1 KiB", JSON), ("SSE, 20 chunks", SSE)):
         assert old(parts) == _new(parts)
-        before, after = _best(old, parts, n), _best(_new, parts, n)
+        before, after = best_us(old, parts, n), best_us(_new, parts, n)
         print(f"{name:15} old {before:6.2f} µs   new {after:6.2f} µs   ({after / before:.2f}x)")
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import types
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from bench.http1_parse_cost import best_us
 from bench.upstream.http import RequestReader
 
 OLD_COMMIT = "9ddc9f9"
@@ -76,16 +76,6 @@ def _reader(make: Callable[[], _Parser], fresh: bool) -> Callable[[list[bytes]],
     return parse
 
 
-def _best(parse: Callable[[list[bytes]], bytes], parts: list[bytes], n: int) -> float:
-    runs = []
-    for _ in range(3):
-        started = time.perf_counter()
-        for _ in range(n):
-            parse(parts)
-        runs.append((time.perf_counter() - started) / n * 1e6)
-    return min(runs)
-
-
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     old_parser = _old_module().RequestParser
@@ -93,7 +83,7 @@ def main() -> None:
         old, new = _reader(old_parser, fresh), _reader(RequestReader, fresh)
         for name, parts in (("chat, 300 B", CHAT), ("chunked, 20 KiB", CHUNKED)):
             assert old(parts) == new(parts)
-            before, after = _best(old, parts, n), _best(new, parts, n)
+            before, after = best_us(old, parts, n), best_us(new, parts, n)
             label = f"{name}, {'new connection' if fresh else 'keep-alive'}"
             print(
                 f"{label:32} old {before:6.2f} µs   new {after:6.2f} µs   ({after / before:.2f}x)"
