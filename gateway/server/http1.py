@@ -36,6 +36,7 @@ from gateway.config.schema import ServerConfig
 from gateway.errors import ClientDisconnected, HandshakeError
 from gateway.server.asgi import ASGIApp, Message
 from gateway.server.connection import REASONS, Connection, Exchange
+from gateway.server.idle import IdleWatch
 from gateway.server.websocket import serve_websocket
 from protocol.http1_server import END, Event, Reject, Request, RequestParser, Upgrade
 
@@ -71,7 +72,7 @@ class Http1Server:
         self._slots = trio.Semaphore(config.max_connections)
         self._websocket_max_message = config.websocket_max_message_bytes
         self.draining = trio.Event()
-        self._idle: set[trio.CancelScope] = set()
+        self._idle = IdleWatch(min(self._keep_alive_timeout, self._head_timeout))
         self.connections = 0
 
     def statistics(self) -> ServerStatistics:
@@ -93,6 +94,7 @@ class Http1Server:
         async with trio.open_nursery() as lifespan_nursery:
             lifespan = _Lifespan(self._app)
             await lifespan_nursery.start(lifespan.run)
+            lifespan_nursery.start_soon(self._idle.run)
             async with trio.open_nursery() as connections:
                 try:
                     async with trio.open_nursery() as accepting:
@@ -106,8 +108,7 @@ class Http1Server:
                         for listener in listeners:
                             await listener.aclose()
                 self.draining.set()
-                for scope in list(self._idle):
-                    scope.cancel()
+                self._idle.cancel_all()
                 connections.cancel_scope.deadline = trio.current_time() + self._graceful_timeout
             await lifespan.shutdown()
             lifespan_nursery.cancel_scope.cancel()
@@ -137,7 +138,8 @@ class Http1Server:
         parser = RequestParser(max_head_bytes=self._max_head, max_headers=self._max_headers)
         conn = Connection(stream, parser, self.draining)
         try:
-            await self._serve_connection(conn)
+            with trio.CancelScope() as scope:  # cancelled by `_idle` only (gateway/server/idle.py)
+                await self._serve_connection(conn, scope)
         except Exception:
             log.exception("connection failed; closing it")
         finally:
@@ -145,11 +147,11 @@ class Http1Server:
             self._slots.release()
             await trio.aclose_forcefully(stream)
 
-    async def _serve_connection(self, conn: Connection) -> None:
+    async def _serve_connection(self, conn: Connection, scope: trio.CancelScope) -> None:
         scope_base = _scope_base(conn.stream)
         served = 0
         while not self.draining.is_set() and served < self._max_requests:
-            head = await self._next_head(conn, served)
+            head = await self._next_head(conn, served, scope)
             if head is None:
                 return
             if isinstance(head, Reject):
@@ -174,24 +176,24 @@ class Http1Server:
                     await conn.linger()
                 return
 
-    async def _next_head(self, conn: Connection, served: int) -> Request | Reject | None:
+    async def _next_head(
+        self, conn: Connection, served: int, scope: trio.CancelScope
+    ) -> Request | Reject | None:
         """The next request's head (`Request`), a `Reject` (malformed, too large, or slower
         than the head timeout: 408), or None when the client closed, stayed idle past the
         keep-alive timeout (a new connection that sends nothing: the head timeout), or the
         server drains while it is idle (a request that has begun arriving is not cut by
-        draining)."""
+        draining). The idle wait's timeout cancels the connection's `scope` (gateway/server/
+        idle.py), which ends the connection."""
         event = conn.next_event()
         if event is not None:
             return _head(event)
-        wait = self._keep_alive_timeout if served else self._head_timeout
-        with trio.move_on_after(wait) as idle:
-            self._idle.add(idle)
-            try:
-                if not await conn.fill():
-                    return None
-            finally:
-                self._idle.discard(idle)
-        if idle.cancelled_caught:
+        self._idle.wait(scope, self._keep_alive_timeout if served else self._head_timeout)
+        try:
+            filled = await conn.fill()
+        finally:
+            cancelled = self._idle.done(scope)
+        if cancelled or not filled:
             return None
         event = conn.next_event()
         if event is not None:  # the usual case: the whole head came in one read
