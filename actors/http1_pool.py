@@ -19,8 +19,9 @@ end closes its connection when released: that is how an abandoned stream stops t
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import trio
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 DEFAULT_KEEPALIVE_EXPIRY_S = 30.0
+T = TypeVar("T")
 
 
 class Http1Pool:
@@ -96,6 +98,26 @@ class Http1Pool:
             conn, response = await self._exchange(data)
             try:
                 yield response
+            finally:
+                if not self._pooled(conn, response):
+                    await conn.aclose()
+
+    async def fetch(
+        self,
+        method: str,
+        path: str,
+        headers: bytes,
+        body: bytes,
+        read: Callable[[Response], Awaitable[T]],
+    ) -> T:
+        """`request` for a caller that reads the whole answer: `read(response)`'s result, with
+        the connection released as `request` does. No context manager on this path: a
+        JSON call is the hot path, and a generator-based one costs ~1.7 µs each."""
+        data = format_request(method, self.base_path + path, self.authority, headers, body)
+        async with self._limit:
+            conn, response = await self._exchange(data)
+            try:
+                return await read(response)
             finally:
                 if not self._pooled(conn, response):
                     await conn.aclose()

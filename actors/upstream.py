@@ -98,24 +98,38 @@ class UpstreamClient:
         when read); non-2xx raises UpstreamStatusError, a body over
         `max_response_bytes` UpstreamMalformed. `api_key` replaces the configured key for
         this call (bring-your-own-key). Cancellation closes the request's connection."""
-        async with self.stream(path, body, accept="application/json", api_key=api_key) as response:
-            with mapped_errors(self.name):
-                content = await response.read(self.max_response_bytes)
-            return content, response.head
+        return await self._fetch("POST", path, body, api_key)
 
     async def get_json(self, path: str, *, api_key: str | None = None) -> bytes:
         """GET and read the whole answer (e.g. `models`, to check a key); non-2xx raises
         UpstreamStatusError. Cancellation closes the request's connection."""
-        async with self._request("GET", path, b"", "application/json", api_key) as response:
-            with mapped_errors(self.name):
-                return await response.read(self.max_response_bytes)
+        return (await self._fetch("GET", path, b"", api_key))[0]
 
     async def delete_json(self, path: str, *, api_key: str | None = None) -> bytes:
         """DELETE and read the whole answer (e.g. `models/{id}`); non-2xx raises
         UpstreamStatusError. Cancellation closes the request's connection."""
-        async with self._request("DELETE", path, b"", "application/json", api_key) as response:
+        return (await self._fetch("DELETE", path, b"", api_key))[0]
+
+    async def _fetch(
+        self, method: str, path: str, body: bytes, api_key: str | None
+    ) -> tuple[bytes, ResponseHead]:
+        """The JSON calls' path: `_request` without its context managers (the hot path)."""
+        stats = self.stats
+        stats.requests += 1
+        stats.in_flight += 1
+        try:
             with mapped_errors(self.name):
-                return await response.read(self.max_response_bytes)
+                headers = self._headers_for("application/json", api_key)
+                return await self.pool.fetch(method, "/" + path, headers, body, self._read_all)
+        except UpstreamError:
+            stats.errors += 1
+            raise
+        finally:
+            stats.in_flight -= 1
+
+    async def _read_all(self, response: Response) -> tuple[bytes, ResponseHead]:
+        await self._check_status(response, self.stats)
+        return await response.read(self.max_response_bytes), response.head
 
     def stream(
         self,
@@ -187,15 +201,7 @@ class UpstreamClient:
             with mapped_errors(self.name):
                 headers = self._headers_for(accept, api_key)
                 async with self.pool.request(method, "/" + path, headers, body) as response:
-                    status = response.status  # `_check_status`, inlined on the hot path
-                    self.stats.by_status[status] = self.stats.by_status.get(status, 0) + 1
-                    if status >= 300:
-                        raise UpstreamStatusError(
-                            self.name,
-                            status,
-                            await response.read_prefix(_ERROR_BODY_LIMIT),
-                            response.headers.get("retry-after"),
-                        )
+                    await self._check_status(response, self.stats)
                     yield response
         except UpstreamError:
             self.stats.errors += 1
@@ -205,7 +211,7 @@ class UpstreamClient:
 
     @asynccontextmanager
     async def _counted(self) -> AsyncIterator[ClientStats]:
-        """The stats of one call (the hot path's `_request` inlines this)."""
+        """The stats of one call (`_request` and `_fetch` inline this)."""
         stats = self.stats
         stats.requests += 1
         stats.in_flight += 1
