@@ -18,21 +18,48 @@ from gateway.config import ModelConfig, ProviderConfig
 from protocol.audio.transcription import supports_translation
 from protocol.errors import APIError, invalid_request
 from protocol.price_catalogue import catalogue_price
+from services.routing.balancer import Balancer, Target
+from services.routing.breaker import Breaker
 from storage.fine_tuned_models import FineTunedModel
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
-    id: str  # canonical: "<provider>/<upstream>"
+    """What serves a model. With one deployment, `id` is canonical: "<provider>/<upstream>".
+    A model of several (`[[models.deployments]]`) has `route`, its id is its `[[models]]` id,
+    and `provider`, `upstream` are its first deployment's; its `price` holds the highest input
+    and output prices of its deployments (what a request reserves)."""
+
+    id: str
     provider: ProviderConfig
     upstream: str
     price: ModelConfig | None  # None: no price known
     aliases: tuple[str, ...] = ()
     translations: bool = False  # may serve /v1/audio/translations
+    route: Route | None = None
 
     def names(self) -> tuple[str, ...]:
         """Every identifier that names this model (for `allowed_models`)."""
         return (self.id, *self.aliases)
+
+    @property
+    def deployment(self) -> str:
+        """The deployment that serves it, as answers name it (`x-gateway-deployment`)."""
+        return f"{self.provider.name}/{self.upstream}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A model's deployments (each a `ResolvedModel` with the model's id and the deployment's
+    provider, upstream name and prices), the balancer choosing among them, and the retry
+    policy (gateway/inference/routing.py drives them)."""
+
+    deployments: tuple[ResolvedModel, ...]
+    balancer: Balancer
+    max_attempts: int
+    retry_budget_s: float
+    retry_on_status: frozenset[int]
+    stream_failover: bool
 
 
 def may_use(names: tuple[str, ...], allowed_models: tuple[str, ...] | None) -> bool:
@@ -80,8 +107,12 @@ class ModelRegistry:
         self._by_canonical: dict[str, ResolvedModel] = {}
         aliases: dict[str, list[str]] = {}
         for m in models:
-            aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
+            if not m.deployments:
+                aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
         for m in models:
+            if m.deployments:
+                self._by_alias[m.id] = self._routed(m)
+                continue
             canonical = f"{m.provider}/{m.upstream}"
             provider = self._providers[m.provider]
             resolved = ResolvedModel(
@@ -94,6 +125,69 @@ class ModelRegistry:
             )
             self._by_alias[m.id] = resolved
             self._by_canonical.setdefault(canonical, resolved)
+
+    def _routed(self, m: ModelConfig) -> ResolvedModel:
+        """A model of several deployments, with its route."""
+        deployments = []
+        targets = []
+        for index, d in enumerate(m.deployments):
+            provider = self._providers[d.provider]
+            own = d.input_usd_per_mtok is not None
+            price = replace(
+                m,
+                provider=d.provider,
+                upstream=d.upstream,
+                deployments=(),
+                input_usd_per_mtok=d.input_usd_per_mtok if own else m.input_usd_per_mtok,
+                output_usd_per_mtok=d.output_usd_per_mtok if own else m.output_usd_per_mtok,
+            )
+            priced = _with_catalogue(price, provider.kind)
+            deployments.append(
+                ResolvedModel(
+                    m.id,
+                    provider,
+                    d.upstream,
+                    priced,
+                    (),
+                    supports_translation(d.upstream, m.translations),
+                )
+            )
+            breaker = Breaker(
+                trip_failures=m.trip_failures,
+                trip_window=m.trip_window,
+                cooldown_s=m.cooldown_s,
+                max_cooldown_s=m.max_cooldown_s,
+            )
+            targets.append(
+                Target(
+                    index,
+                    d.name,
+                    breaker,
+                    priority=d.priority,
+                    weight=d.weight,
+                    cost=_cost(priced),
+                    rpm=d.rpm,
+                    tpm=d.tpm,
+                )
+            )
+        route = Route(
+            tuple(deployments),
+            Balancer(targets, m.strategy),
+            m.max_attempts,
+            m.retry_budget_s,
+            frozenset(m.retry_on_status),
+            m.stream_failover,
+        )
+        first = deployments[0]
+        return ResolvedModel(
+            m.id,
+            first.provider,
+            first.upstream,
+            _most(m, [d.price for d in deployments]),
+            (),
+            all(d.translations for d in deployments),
+            route,
+        )
 
     @property
     def providers(self) -> list[ProviderConfig]:
@@ -139,6 +233,28 @@ class ModelRegistry:
     def configured(self) -> list[tuple[str, ResolvedModel]]:
         """The `[[models]]` entries as (alias, model), in configuration order."""
         return list(self._by_alias.items())
+
+
+def _cost(price: ModelConfig) -> float:
+    """A deployment's price for the `cost` strategy: input + output per million tokens
+    (unpriced: last)."""
+    if price.input_usd_per_mtok is None:
+        return float("inf")
+    return float(price.input_usd_per_mtok + (price.output_usd_per_mtok or 0))
+
+
+def _most(model: ModelConfig, prices: list[ModelConfig | None]) -> ModelConfig | None:
+    """The highest input and output prices of a model's deployments, for reservations (so
+    that whichever deployment answers, the hold covers it); None if one is unpriced."""
+    inputs = [p.input_usd_per_mtok for p in prices if p is not None]
+    if len(inputs) < len(prices) or any(i is None for i in inputs):
+        return None
+    outputs = [p.output_usd_per_mtok for p in prices if p is not None]
+    return replace(
+        model,
+        input_usd_per_mtok=max(i for i in inputs if i is not None),
+        output_usd_per_mtok=None if None in outputs else max(o for o in outputs if o is not None),
+    )
 
 
 def _priced(model: ModelConfig) -> bool:
