@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.area import Area
 from gateway.core import Core
 from gateway.inference import routes
+from gateway.inference.deployments import register_deployment_gauges
 from gateway.inference.deps import InferenceDeps
 
 
@@ -27,6 +28,7 @@ def open_inference(core: Core) -> InferenceArea:
         provider_keys=core.provider_keys,
         fine_tuned_models=core.storage.fine_tuned_models,
     )
+    register_deployment_gauges(core.metrics, core.registry)
     return InferenceArea(
         routes=routes.routes(deps), completion_routes=routes.COMPLETION_ROUTES, deps=deps
     )

@@ -10,12 +10,12 @@ from functools import partial
 from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
-from gateway.inference.admission import admit_model, reserve
+from gateway.inference.admission import admit_fallbacks, admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, highest_prices
 from gateway.inference.routing import attempts
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
@@ -39,6 +39,11 @@ class ChatCompletions:
         request = parsed.request
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability="chat")
+        fallbacks = await admit_fallbacks(
+            call, deps, model, request.fallbacks or (), capability="chat"
+        )
+        if fallbacks and price is not None:  # the hold covers whichever model answers
+            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body
         )
@@ -56,7 +61,9 @@ class ChatCompletions:
                 output_tokens=request.output_limit or DEFAULT_OUTPUT_RESERVE_TOKENS,
             )
             forward = partial(self._forward, call, body, parsed, price)
-            out = await attempts(call, deps, model, forward, replayable=claim is None)
+            out = await attempts(
+                call, deps, model, forward, fallbacks=fallbacks, replayable=claim is None
+            )
             if claim is not None:
                 # Stored before it is sent, so that an immediate retry finds it.
                 state = STREAMED if out is None else COMPLETED

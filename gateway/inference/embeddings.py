@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.inference.admission import admit_model, reserve
+from gateway.inference.admission import admit_fallbacks, admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, highest_prices
 from gateway.inference.routing import attempts
 from gateway.web.request import Request
 from protocol.decoding import decode_json
@@ -27,6 +27,11 @@ class Embeddings:
         if request.input in ("", []):
             raise invalid_request("`input` must be a non-empty string or array.", param="input")
         model, price = await admit_model(call, deps, request.model, capability="embeddings")
+        fallbacks = await admit_fallbacks(
+            call, deps, model, request.fallbacks or (), capability="embeddings"
+        )
+        if fallbacks and price is not None:  # the hold covers whichever model answers
+            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         await reserve(
             call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
         )
@@ -52,7 +57,7 @@ class Embeddings:
             return out
 
         try:
-            out = await attempts(call, deps, model, embed)
+            out = await attempts(call, deps, model, embed, fallbacks=fallbacks)
         finally:
             call.close_bill()
         await call.answer_json(out)

@@ -9,8 +9,9 @@ once its record was read: it keeps its `ft:` name as id. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as replace_dc
 
 from msgspec.structs import replace
 
@@ -21,6 +22,10 @@ from protocol.price_catalogue import catalogue_price
 from services.routing.balancer import Balancer, Target
 from services.routing.breaker import Breaker
 from storage.fine_tuned_models import FineTunedModel
+
+# A model's routing fields as they are when not set (retries of a model of one deployment,
+# e.g. one a request names in its `fallbacks`).
+DEFAULT_POLICY = ModelConfig(id="-", provider="-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,7 @@ class Route:
     retry_budget_s: float
     retry_on_status: frozenset[int]
     stream_failover: bool
+    fallbacks: tuple[str, ...] = ()  # other models' ids, tried in order when these all failed
 
 
 def may_use(names: tuple[str, ...], allowed_models: tuple[str, ...] | None) -> bool:
@@ -123,6 +129,8 @@ class ModelRegistry:
                 tuple(aliases[canonical]),
                 supports_translation(m.upstream, m.translations),
             )
+            if m.fallbacks:  # one deployment, and other models to fall back on
+                resolved = replace_dc(resolved, route=single_route(resolved, m))
             self._by_alias[m.id] = resolved
             self._by_canonical.setdefault(canonical, resolved)
 
@@ -177,13 +185,14 @@ class ModelRegistry:
             m.retry_budget_s,
             frozenset(m.retry_on_status),
             m.stream_failover,
+            m.fallbacks,
         )
         first = deployments[0]
         return ResolvedModel(
             m.id,
             first.provider,
             first.upstream,
-            _most(m, [d.price for d in deployments]),
+            highest_prices(m, [d.price for d in deployments]),
             (),
             all(d.translations for d in deployments),
             route,
@@ -230,9 +239,34 @@ class ModelRegistry:
                 price = None
         return ResolvedModel(record.id, provider, record.upstream_model, price)
 
+    def routed(self) -> list[tuple[str, Route]]:
+        """The models of several deployments, with their routes, in configuration order."""
+        return [(alias, m.route) for alias, m in self._by_alias.items() if m.route is not None]
+
     def configured(self) -> list[tuple[str, ResolvedModel]]:
         """The `[[models]]` entries as (alias, model), in configuration order."""
         return list(self._by_alias.items())
+
+
+def single_route(model: ResolvedModel, policy: ModelConfig = DEFAULT_POLICY) -> Route:
+    """The route of a model of one deployment (`model` itself), with `policy`'s routing fields
+    (the defaults when the model names no fallbacks: it is then only routed as a request's
+    own fallback or with some)."""
+    breaker = Breaker(
+        trip_failures=policy.trip_failures,
+        trip_window=policy.trip_window,
+        cooldown_s=policy.cooldown_s,
+        max_cooldown_s=policy.max_cooldown_s,
+    )
+    return Route(
+        (model,),
+        Balancer([Target(0, model.deployment, breaker)]),
+        policy.max_attempts,
+        policy.retry_budget_s,
+        frozenset(policy.retry_on_status),
+        policy.stream_failover,
+        policy.fallbacks,
+    )
 
 
 def _cost(price: ModelConfig) -> float:
@@ -243,9 +277,10 @@ def _cost(price: ModelConfig) -> float:
     return float(price.input_usd_per_mtok + (price.output_usd_per_mtok or 0))
 
 
-def _most(model: ModelConfig, prices: list[ModelConfig | None]) -> ModelConfig | None:
-    """The highest input and output prices of a model's deployments, for reservations (so
-    that whichever deployment answers, the hold covers it); None if one is unpriced."""
+def highest_prices(model: ModelConfig, prices: Sequence[ModelConfig | None]) -> ModelConfig | None:
+    """`model` with the highest input and output prices of `prices` (a model's deployments,
+    or a request's models and fallbacks), for reservations: whichever answers, the hold
+    covers it. None if one is unpriced."""
     inputs = [p.input_usd_per_mtok for p in prices if p is not None]
     if len(inputs) < len(prices) or any(i is None for i in inputs):
         return None

@@ -23,7 +23,7 @@ one deployment has no route: one attempt, nothing chosen, nothing counted.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import trio
@@ -31,7 +31,7 @@ import trio
 from actors.errors import ConnectFailed
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.model_registry import ResolvedModel, Route
+from gateway.inference.model_registry import ResolvedModel, Route, single_route
 from gateway.provider_keys.gateway_key import missing_variable
 from protocol.errors import APIError, UpstreamError, UpstreamStatusError
 from services.routing.balancer import Target
@@ -49,38 +49,67 @@ async def attempts(
     model: ResolvedModel,
     attempt: Callable[[ResolvedModel], Awaitable[T]],
     *,
+    fallbacks: Sequence[ResolvedModel] = (),
     replayable: bool = True,
 ) -> T:
-    route = model.route
-    if route is None:
+    """`attempt(deployment)`'s result from the first deployment that answers, of `model`, then
+    of its fallbacks (`fallbacks`: the models to try, in order, once every deployment of the
+    ones before failed; admission checked them)."""
+    if model.route is None and not fallbacks:
         _answered_by(call, model, 1)
         return await attempt(model)
-    return await _Attempts(call, deps, model, route, replayable).run(attempt)
+    return await _Attempts(call, deps, [model, *fallbacks], replayable).run(attempt)
+
+
+class _GaveUp(Exception):
+    """Every deployment of one model failed (or rests): the next model's turn."""
 
 
 class _Attempts:
     def __init__(
-        self, call: Call, deps: InferenceDeps, model: ResolvedModel, route: Route, replayable: bool
+        self, call: Call, deps: InferenceDeps, chain: list[ResolvedModel], replayable: bool
     ) -> None:
+        first = _route_of(chain[0])
         self.call = call
         self.deps = deps
-        self.model = model
-        self.route = route
+        self.chain = chain
         self.replayable = replayable
+        self.max_attempts = first.max_attempts  # the first model's policy: fallbacks included
+        self.budget_s = first.retry_budget_s
         self.byok = call.own_key is not None
-        self.key_provider = model.provider.name  # whose own key `call.own_key` is
+        self.key_provider = chain[0].provider.name  # whose own key `call.own_key` is
         self.made = 0
+        self.last: UpstreamError | None = None
+        self.route = self.last_route = first
         self.tried: set[int] = set()
         self.refused: set[int] = set()  # deployments this request may not use (keys)
 
     async def run(self, attempt: Callable[[ResolvedModel], Awaitable[T]]) -> T:
-        deadline = trio.current_time() + self.route.retry_budget_s
-        last: UpstreamError | None = None
-        while self.made < self.route.max_attempts:
+        deadline = trio.current_time() + self.budget_s
+        routes = [_route_of(model) for model in self.chain]
+        self.last_route = routes[-1]
+        for route in routes:
+            if self.made >= self.max_attempts or (self.made and trio.current_time() >= deadline):
+                break
+            self.route = route
+            self.tried.clear()
+            self.refused.clear()
+            try:
+                return await self._model(attempt, deadline)
+            except _GaveUp:
+                continue
+        if self.last is not None:
+            raise self.last
+        raise _no_deployment(self.chain[0])
+
+    async def _model(self, attempt: Callable[[ResolvedModel], Awaitable[T]], deadline: float) -> T:
+        """Attempts on the current model's deployments; _GaveUp when they are spent."""
+        route = self.route
+        while self.made < self.max_attempts:
             target = await self._next(deadline)
             if target is None:
                 break
-            deployment = self.route.deployments[target.index]
+            deployment = route.deployments[target.index]
             if not await self._may_use(deployment):
                 self.refused.add(target.index)
                 continue
@@ -97,8 +126,9 @@ class _Attempts:
                     raise
                 if not self._may_retry(exc):
                     raise
-                last = exc
-                await self._pause(deadline)
+                self.last = exc
+                if self.made < self.max_attempts:
+                    await self._pause(deadline)
                 continue
             except BaseException:
                 target.in_flight -= 1
@@ -108,9 +138,7 @@ class _Attempts:
             target.breaker.success()
             target.answered((self.call.first_byte_at or trio.current_time()) - began)
             return result
-        if last is not None:
-            raise last
-        raise _no_deployment(self.model)
+        raise _GaveUp
 
     async def _next(self, deadline: float) -> Target | None:
         """The deployment to try next: one not tried yet if any is usable; when none is usable
@@ -121,8 +149,16 @@ class _Attempts:
                 return None
             order = [t for t in self.route.balancer.order(now) if t.index not in self.refused]
             if order:
+                # Each deployment once per model; tried ones again only on the last model
+                # (no fallback left to try instead).
                 fresh = [t for t in order if t.index not in self.tried]
-                return (fresh or order)[0]
+                if fresh:
+                    return fresh[0]
+                if self.route is not self.last_route:
+                    return None
+                return order[0]
+            if self.route is not self.last_route:
+                return None  # a fallback is better than waiting for a rest to end
             resting = [
                 t.breaker.open_until
                 for t in self.route.balancer.targets
@@ -188,8 +224,13 @@ def _answered_by(call: Call, deployment: ResolvedModel, made: int) -> None:
     headers.append((_DEPLOYMENT, name.encode()))
     headers.append((_ATTEMPTS, b"1" if made == 1 else str(made).encode()))
     ctx = call.ctx
+    ctx.model = deployment.id  # a fallback's, when one answers
     ctx.deployment = name
     ctx.attempts = made
+
+
+def _route_of(model: ResolvedModel) -> Route:
+    return model.route if model.route is not None else single_route(model)
 
 
 def _seconds(retry_after: str | None) -> float:

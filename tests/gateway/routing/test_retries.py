@@ -12,6 +12,7 @@ import trio
 
 from tests.gateway.keys_client import error_of
 from tests.gateway.routing.rig import Routed, routed_rig
+from tests.harness import OPERATOR_KEY
 from tests.inference import chunks, ledger
 
 TWO = """
@@ -145,3 +146,20 @@ async def test_embeddings_are_retried_too(database_url: str, tmp_path: Path) -> 
             )
             assert r.status_code == 200 and r.json()["model"] == "ha"
             assert r.headers["x-gateway-deployment"] == "east/sim-a"
+
+
+async def test_the_operator_sees_a_resting_deployment(routed: Routed) -> None:
+    routed.west.behavior.fail_status = 500
+    for _ in range(6):  # three of them fail on west, which trips
+        assert (await routed.chat()).status_code == 200
+    gw = routed.rig.gateway
+    r = await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))
+    deployments = r.json()["services"]["deployments"]["ha"]
+    assert deployments["strategy"] == "weighted"
+    east, west = deployments["deployments"]
+    assert (east["deployment"], east["state"], east["trips"]) == ("east/sim-a", "closed", 0)
+    assert (west["deployment"], west["state"], west["trips"]) == ("west/sim-b", "open", 1)
+    assert 29 < west["resting_s"] <= 30 and east["ttfb_ms"] > 0
+    metrics = (await gw.client.get("/metrics")).text
+    assert 'gateway_deployment_state{model="ha",deployment="west/sim-b"} 2' in metrics
+    assert 'gateway_deployment_state{model="ha",deployment="east/sim-a"} 0' in metrics
