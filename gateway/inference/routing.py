@@ -194,10 +194,18 @@ class _Attempts:
                 target.breaker.success()
                 return False
             rest_s = _seconds(exc.retry_after)
-            target.breaker.failure(trio.current_time(), rate_limited=status == 429, rest_s=rest_s)
+            now = trio.current_time()
+            self._tripped(
+                target, target.breaker.failure(now, rate_limited=status == 429, rest_s=rest_s)
+            )
             return True
-        target.breaker.failure(trio.current_time())
+        self._tripped(target, target.breaker.failure(trio.current_time()))
         return True
+
+    def _tripped(self, target: Target, tripped: bool) -> None:
+        cooldowns = self.deps.cooldowns
+        if tripped and cooldowns is not None:
+            cooldowns.tripped(target)  # other instances rest it too
 
     def _may_retry(self, exc: UpstreamError) -> bool:
         if self.call.request.started:  # a stream began: stream failover's job, not a retry

@@ -82,6 +82,16 @@ class Breaker:
         self._probing = False
         self._recent.clear()
 
+    def rest_until(self, until: float) -> bool:
+        """Rest until `until` at least (another instance tripped it: actors/cooldown_sync.py);
+        True if that lengthened or began a rest. The trips count is this instance's own."""
+        if self.state == "open" and self.open_until >= until - 0.01:  # (its own trip, read back)
+            return False
+        self.open_until = until
+        self.state = "open"
+        self._probing = False
+        return True
+
     def release(self) -> None:
         """A request that tried it ended without a verdict on the deployment (cancelled, or
         the client's own error): a probe may be sent again."""
