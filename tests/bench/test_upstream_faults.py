@@ -126,6 +126,23 @@ async def test_error_rate_fails_that_model_in_each_wire_format(
     await still_serves(upstream)
 
 
+@pytest.mark.parametrize(
+    ("path", "payload", "error"),
+    [
+        ("/v1/responses", {"model": "sim-a", "input": "hi"}, "error"),
+        ("/v1/rerank", {"model": "sim-a", "query": "q", "documents": ["d"]}, "error"),
+        ("/cohere/v1/rerank", {"model": "sim-a", "query": "q", "documents": ["d"]}, "message"),
+    ],
+)
+async def test_error_rate_on_other_routes_naming_a_model(
+    upstream: UpstreamServer, client: httpx.AsyncClient, path: str, payload: Any, error: str
+) -> None:
+    set_faults(upstream, **{"sim-a": Faults(error_rate=1.0, error_status=502)})
+    r = await client.post(path, json=payload)
+    assert r.status_code == 502 and error in r.json()
+    assert (await client.post(path, json={**payload, "model": "sim-b"})).status_code == 200
+
+
 async def test_rate_limit_with_retry_after_in_both_shapes(
     upstream: UpstreamServer, client: httpx.AsyncClient
 ) -> None:
