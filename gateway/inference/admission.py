@@ -13,7 +13,7 @@ from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.fine_tuned import FT_PREFIX, resolve_fine_tuned
+from gateway.inference.fine_tuned import FT_PREFIX, keep_affinity, resolve_fine_tuned
 from gateway.inference.model_registry import (
     ResolvedModel,
     capability_missing,
@@ -92,7 +92,10 @@ async def admit_model(
             code="unsupported_model",
         )
     price: ModelConfig | None = None
-    if await call.find_own_key(deps.provider_keys, model.provider.name) is None:
+    own = await call.find_own_key(deps.provider_keys, model.provider.name)
+    if model.trained_with_own_key is not None:
+        own = keep_affinity(call, model, own)
+    if own is None:
         require_gateway_key(model.provider)  # 503 when its api_key_env is not set
         field = UNIT_PRICE_FIELDS.get(capability)
         if field is None:

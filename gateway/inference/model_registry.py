@@ -42,6 +42,9 @@ class ResolvedModel:
     aliases: tuple[str, ...] = ()
     translations: bool = False  # may serve /v1/audio/translations
     route: Route | None = None
+    # A fine-tuned model lives in the provider account that trained it: True, the org's own
+    # key's (only that key may call it); False, the gateway's; None, any key.
+    trained_with_own_key: bool | None = None
 
     def names(self) -> tuple[str, ...]:
         """Every identifier that names this model (for `allowed_models`)."""
@@ -237,7 +240,9 @@ class ModelRegistry:
                 price = self.resolve(record.base_model).price
             except APIError:
                 price = None
-        return ResolvedModel(record.id, provider, record.upstream_model, price)
+        return ResolvedModel(
+            record.id, provider, record.upstream_model, price, trained_with_own_key=record.own_key
+        )
 
     def routed(self) -> list[tuple[str, Route]]:
         """The models of several deployments, with their routes, in configuration order."""
