@@ -39,11 +39,13 @@ class ChatCompletions:
         request = parsed.request
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability="chat")
-        fallbacks = await admit_fallbacks(
-            call, deps, model, request.fallbacks or (), capability="chat"
-        )
-        if fallbacks and price is not None:  # the hold covers whichever model answers
-            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
+        fallbacks: list[ResolvedModel] = []
+        if request.fallbacks or (model.route is not None and model.route.fallbacks):
+            fallbacks = await admit_fallbacks(
+                call, deps, model, request.fallbacks or (), capability="chat"
+            )
+            if fallbacks and price is not None:  # the hold covers whichever model answers
+                price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body
         )

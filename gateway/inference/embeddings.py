@@ -27,11 +27,13 @@ class Embeddings:
         if request.input in ("", []):
             raise invalid_request("`input` must be a non-empty string or array.", param="input")
         model, price = await admit_model(call, deps, request.model, capability="embeddings")
-        fallbacks = await admit_fallbacks(
-            call, deps, model, request.fallbacks or (), capability="embeddings"
-        )
-        if fallbacks and price is not None:  # the hold covers whichever model answers
-            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
+        fallbacks: list[ResolvedModel] = []
+        if request.fallbacks or (model.route is not None and model.route.fallbacks):
+            fallbacks = await admit_fallbacks(
+                call, deps, model, request.fallbacks or (), capability="embeddings"
+            )
+            if fallbacks and price is not None:  # the hold covers whichever model answers
+                price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         await reserve(
             call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from functools import lru_cache
 from typing import TypeVar
 
 import trio
@@ -41,6 +42,7 @@ BACKOFF_BASE_S = 0.05
 BACKOFF_MAX_S = 1.0
 _DEPLOYMENT = b"x-gateway-deployment"
 _ATTEMPTS = b"x-gateway-attempts"
+_ONE_ATTEMPT = (_ATTEMPTS, b"1")
 
 
 async def attempts(
@@ -228,13 +230,20 @@ def _answered_by(call: Call, deployment: ResolvedModel, made: int) -> None:
     headers = call.request.headers
     if made > 1:
         headers[:] = [h for h in headers if h[0] not in (_DEPLOYMENT, _ATTEMPTS)]
-    name = deployment.deployment
-    headers.append((_DEPLOYMENT, name.encode()))
-    headers.append((_ATTEMPTS, b"1" if made == 1 else str(made).encode()))
+    name, header = _named(deployment.provider.name, deployment.upstream)
+    headers.append(header)
+    headers.append(_ONE_ATTEMPT if made == 1 else (_ATTEMPTS, str(made).encode()))
     ctx = call.ctx
     ctx.model = deployment.id  # a fallback's, when one answers
     ctx.deployment = name
     ctx.attempts = made
+
+
+@lru_cache(maxsize=4096)
+def _named(provider: str, upstream: str) -> tuple[str, tuple[bytes, bytes]]:
+    """A deployment's name and its `x-gateway-deployment` header, made once (the hot path)."""
+    name = f"{provider}/{upstream}"
+    return name, (_DEPLOYMENT, name.encode())
 
 
 def _route_of(model: ResolvedModel) -> Route:
