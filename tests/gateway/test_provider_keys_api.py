@@ -57,10 +57,20 @@ async def test_create_checks_the_key_with_the_provider_and_never_answers_it(rig:
         "created_at",
         "updated_at",
         "last_rejected_at",
+        "status",
+        "invalidated_at",
+        "invalid_reason",
+        "fallback_to_gateway_key",
     }
     assert created["id"].startswith("pk_") and created["object"] == "provider_key"
     assert created["provider"] == "sim" and created["key_hint"] == "…0001"
     assert created["created_at"].endswith("Z") and created["last_rejected_at"] is None
+    assert (created["status"], created["invalidated_at"], created["invalid_reason"]) == (
+        "valid",
+        None,
+        None,
+    )
+    assert created["fallback_to_gateway_key"] is False
     assert GOOD not in r.text
     checks = [q for q in rig.upstream.requests if q.path == "/v1/models"]
     assert [(q.method, q.headers["authorization"]) for q in checks] == [("GET", f"Bearer {GOOD}")]
