@@ -14,7 +14,10 @@ once (the others with the epoch). From then on `lookup` refuses requests to that
 (400 `invalid_provider_key`), or answers None — the gateway's key, billed as usual — when the
 org opted in (`fallback_to_gateway_key`), until the key is replaced. Reports are claimed in
 memory first, once per key per `report_interval` (a burst of in-flight refusals costs one
-write).
+write). What is marked is the value this instance answered for the refused request — never one
+stored since (a key replaced while an old copy was still in use must not be marked by the old
+copy's refusal): the value last answered is remembered beyond the cache's invalidations, with
+when it took over from another value (`time.perf_counter`, the request context's clock).
 
 Time is Trio's clock, so tests drive it with MockClock.
 """
@@ -22,6 +25,7 @@ Time is Trio's clock, so tests drive it with MockClock.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import trio
@@ -71,6 +75,14 @@ class _Entry:
     loaded_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    key: SealedProviderKey  # the value `lookup` last answered for an (org, provider)
+    # time.perf_counter() when it took over from another value (-inf: none answered before it,
+    # since this instance started); a request begun earlier may have been given the other.
+    changed_at: float
+
+
 class ProviderKeyResolver:
     def __init__(
         self,
@@ -85,6 +97,8 @@ class ProviderKeyResolver:
         self._ttl = ttl
         self._report_interval = report_interval
         self._cache: dict[tuple[str, str], _Entry] = {}
+        self._answered: dict[tuple[str, str], _Answered] = {}  # kept through invalidations
+        self._answered_cleared_at = float("-inf")  # when `_answered` was last emptied (full)
         self._generation = 0  # moves on every drop: a load begun before it is not cached
         self._reported = ReportThrottle(report_interval)  # per (key id, sealed value)
         self.hits = 0
@@ -128,21 +142,46 @@ class ProviderKeyResolver:
             if key.fallback_to_gateway_key:
                 return None
             raise key_marked_invalid(provider, to_iso(key.invalid_since), key.invalid_status)
-        if key is not None and entry.api_key is None:
+        if key is None:
+            return None
+        if entry.api_key is None:
             raise _unreadable(provider)
+        answered = self._answered.get((org_id, provider))
+        if answered is None or answered.key.sealed_key != key.sealed_key:
+            self._note_answered(org_id, provider, key, first=answered is None)
         return entry.api_key
 
+    def _note_answered(
+        self, org_id: str, provider: str, key: SealedProviderKey, *, first: bool
+    ) -> None:
+        now = time.perf_counter()
+        if len(self._answered) >= _MAX_ENTRIES:
+            self._answered.clear()  # what was answered before is unknown from now on
+            self._answered_cleared_at = now
+            first = True
+        changed_at = self._answered_cleared_at if first else now
+        self._answered[(org_id, provider)] = _Answered(key, changed_at)
+
     async def report_invalid(
-        self, org_id: str, provider: str, *, status: int | None = None
+        self,
+        org_id: str,
+        provider: str,
+        *,
+        status: int | None = None,
+        started: float | None = None,
     ) -> bool:
-        """The provider refused the org's key (`status`: its HTTP status): mark it invalid in
-        storage with its `provider_key.invalid` event, unless it already is (here or on another
-        instance) or was replaced meanwhile, and stop using it. True if this call marked it.
-        Cancellation: nothing is written, and the next report tries again."""
-        entry = self._cache.get((org_id, provider)) or await self._load(org_id, provider)
-        key = entry.key
-        if key is None or key.invalid_since is not None:
-            return False  # deleted meanwhile, or known to be invalid already
+        """The provider refused the org's key (`status`: its HTTP status) on a request that
+        began at `started` (`time.perf_counter()`) and was given the key by this instance's
+        `lookup`: mark that value invalid in storage with its `provider_key.invalid` event,
+        unless it already is (here or on another instance) or was replaced meanwhile, and stop
+        using it. Nothing is marked when the value answered changed after `started` (which one
+        the request got is unknown: the next refusal will tell), nor when none was answered.
+        True if this call marked it. Cancellation: nothing is written, and the next report
+        tries again."""
+        answered = self._answered.get((org_id, provider))
+        if answered is None or (started is not None and answered.changed_at > started):
+            return False
+        key = answered.key
         marker = (key.id, key.sealed_key)
         if not self._reported.claim(marker, trio.current_time()):
             return False

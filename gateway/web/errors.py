@@ -231,10 +231,10 @@ async def answer(
     own_key = ctx.own_key if ctx is not None else None
     refusal = own_key_refusal(exc, own_key)
     if refusal is not None:
-        assert own_key is not None
+        assert ctx is not None and own_key is not None
         try:
             await own_key.reporter.report_invalid(
-                own_key.org_id, refusal.provider, status=refusal.status
+                own_key.org_id, refusal.provider, status=refusal.status, started=ctx.started
             )
         except Exception:
             log.exception(

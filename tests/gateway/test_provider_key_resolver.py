@@ -5,6 +5,8 @@ refused — or the gateway's key when the org opted in — until it is replaced.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 import trio.testing
@@ -183,6 +185,7 @@ async def test_replacing_an_invalid_key_makes_it_used_again_everywhere(storage: 
     org_id = await _org_with_key(storage, "sk-first-key-aaaa")
     resolver = ProviderKeyResolver(storage.provider_keys, BOX)
     other = ProviderKeyResolver(storage.provider_keys, BOX)
+    assert await resolver.lookup(org_id, "openai") == "sk-first-key-aaaa"
     assert await resolver.report_invalid(org_id, "openai", status=401)
     for instance in (resolver, other):
         with pytest.raises(APIError):
@@ -197,6 +200,31 @@ async def test_replacing_an_invalid_key_makes_it_used_again_everywhere(storage: 
     assert await resolver.report_invalid(org_id, "openai", status=403)
     assert await _invalid_events(storage, org_id) == 2
     assert not await resolver.report_invalid(org_id, "anthropic")  # no key: nothing to mark
+
+
+async def test_a_refused_old_copy_never_marks_the_key_that_replaced_it(
+    storage: Storage,
+) -> None:
+    """A request given the old value is refused after the key was replaced and this instance's
+    cache dropped (the epoch): what it reports must not mark the new value."""
+    org_id = await _org_with_key(storage, "sk-first-key-aaaa")
+    resolver = ProviderKeyResolver(storage.provider_keys, BOX)
+    before = time.perf_counter()  # the refused request began, and was given the old value
+    assert await resolver.lookup(org_id, "openai") == "sk-first-key-aaaa"
+    sealed = BOX.seal("sk-second-key-bbb", sealing_context(org_id, "openai"))
+    await storage.provider_keys.put(org_id, "openai", sealed, "bbbb")
+    resolver.invalidate_all()
+    after = time.perf_counter()
+    assert await resolver.lookup(org_id, "openai") == "sk-second-key-bbb"  # a later request
+    assert not await resolver.report_invalid(org_id, "openai", status=401, started=before)
+    assert await _invalid_events(storage, org_id) == 0
+    assert await resolver.lookup(org_id, "openai") == "sk-second-key-bbb"
+    # A request that began after this instance answered the new value: that one is refused.
+    assert await resolver.report_invalid(org_id, "openai", status=401, started=after + 1)
+    assert await _invalid_events(storage, org_id) == 1
+    # An instance that answered nothing for it has nothing to mark.
+    fresh = ProviderKeyResolver(storage.provider_keys, BOX)
+    assert not await fresh.report_invalid(org_id, "openai", status=401)
 
 
 async def test_a_cancelled_report_is_retried_by_the_next(storage: Storage) -> None:
