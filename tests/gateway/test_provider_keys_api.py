@@ -253,7 +253,8 @@ async def test_the_key_is_not_stored_or_logged_in_clear(
     await _create(gw, "sim", OTHER_GOOD)
     await _create(gw, "claude", values[2])
     await _create(gw, "sim", BAD)
-    await gw.runtime.provider_keys.report_invalid(gw.org_id, "sim", status=401)
+    assert await gw.runtime.provider_keys.lookup(gw.org_id, "sim") == OTHER_GOOD
+    assert await gw.runtime.provider_keys.report_invalid(gw.org_id, "sim", status=401)
     cells = await _all_cells(gw.runtime.storage.db)
     stored = await gw.runtime.storage.db.fetch("SELECT sealed_key FROM provider_keys")
     assert all(str(r["sealed_key"]).startswith("v1:") for r in stored) and len(stored) == 2
