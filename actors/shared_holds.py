@@ -235,6 +235,11 @@ class SharedHolds:
         self._idle = trio.Event()
         self._idle.set()
 
+    @property
+    def client(self) -> coredis.Redis[Any]:
+        """The instance's Redis client (other sharing across instances uses it too)."""
+        return self._client
+
     def _keys(self, org_id: str, budget: KeyBudget | None, now: int) -> list[str]:
         p = self._p
         keys = [f"{p}instances", self._register, f"{p}bal:{org_id}", f"{p}held:{org_id}"]

@@ -22,6 +22,7 @@ from bench.audio import AudioOptions, run_audio
 from bench.audio import report_json as audio_report
 from bench.audio import table as audio_table
 from bench.compare import compare_billing, compare_events, compare_revision
+from bench.failover import DEFAULT_FAULT, run_failover
 from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
 from bench.load import Scenario
@@ -157,6 +158,22 @@ def _parser() -> argparse.ArgumentParser:
     ratelimit.add_argument("--cache", type=Path, default=default_cache())
     ratelimit.add_argument("--out", type=Path, help="write bench.csv here")
 
+    failover = commands.add_parser(
+        "failover",
+        help="a model of two deployments, one failing on command: share of requests that "
+        "succeeded and their p99, JSON and SSE",
+    )
+    failover.add_argument("--concurrency", type=_at_least_one, default=64)
+    failover.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    failover.add_argument(
+        "--fault",
+        default=DEFAULT_FAULT,
+        metavar="SETTINGS",
+        help="how the second deployment fails, as the simulated upstream's --fault settings "
+        f"(default {DEFAULT_FAULT}; e.g. reset_after_frames=5, rate_limit_rate=0.5)",
+    )
+    failover.add_argument("--out", type=Path, help="write bench.csv here")
+
     files = commands.add_parser(
         "files",
         help="POST /v1/files and GET its content through a gateway: MB/s against straight to "
@@ -209,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, events, compare, ratelimit, run):
+    for sub in (suite, billing, events, compare, ratelimit, failover, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -381,6 +398,15 @@ def main(argv: list[str] | None = None) -> int:
                 modes=("json",),
             )
             rows, sides = trio.run(_ratelimit, args, options)
+        elif args.command == "failover":
+            options = SuiteOptions(
+                concurrency=(args.concurrency,),
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+            )
+            rows, outcomes = trio.run(run_failover, options, args.fault)
+            sides = "".join(outcome.line(args.fault) + "\n" for outcome in outcomes)
         elif args.command == "compare":
             options = SuiteOptions(
                 concurrency=(args.concurrency,),

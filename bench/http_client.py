@@ -13,7 +13,8 @@ Errors, each with a stable `kind` used as a counter key by the driver::
      ├── ConnectError        the TCP (or TLS) connection could not be opened        "connect"
      ├── ProtocolError       the peer broke HTTP/1.1 or the connection mid-response "protocol"
      │    └── StaleConnection  a reused keep-alive connection closed before a byte arrived
-     └── StreamCut           an SSE body ended (or broke) without `data: [DONE]`     "stream_cut"
+     ├── StreamCut           an SSE body ended (or broke) without `data: [DONE]`     "stream_cut"
+     └── StreamError         an SSE body carried an error frame (`data: {"error"`)  "stream_error"
 
 Lower-level `OSError` / `trio.BrokenResourceError` never leave this module.
 """
@@ -53,6 +54,12 @@ class StaleConnection(ProtocolError):
 
 class StreamCut(HTTPClientError):
     kind = "stream_cut"
+
+
+class StreamError(HTTPClientError):
+    """The stream ended with the gateway's error frame (it broke after its first byte)."""
+
+    kind = "stream_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,7 @@ class ResponseParser:
         "_tail",
         "body_bytes",
         "done",
+        "errored",
         "first_byte",
         "keep_alive",
         "started",
@@ -133,6 +141,7 @@ class ResponseParser:
         self.first_byte = False
         self.started = False  # any byte of the response arrived
         self.done = False  # `data: [DONE]` seen
+        self.errored = False  # an error frame seen
 
     @property
     def complete(self) -> bool:
@@ -179,6 +188,8 @@ class ResponseParser:
         window = self._tail + data
         if not self.first_byte and b"\ndata:" in window:
             self.first_byte = True
+        if b'\ndata: {"error"' in window:
+            self.errored = True
         if b"\ndata: [DONE]" in window or b"\ndata:[DONE]" in window:
             self.done = True
         self._tail = window[-16:]
@@ -304,6 +315,8 @@ class Connection:
             self.reusable = False
         if sse and parser.status < 400 and not parser.done:
             raise StreamCut("SSE body ended without data: [DONE]")
+        if parser.errored:
+            raise StreamError("SSE body ended with an error frame")
         return Response(parser.status, started, first or finished, finished, parser.body_bytes)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ import string
 import sys
 import tempfile
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -201,18 +201,20 @@ async def stack(
     billing: bool = True,
     success_sample_rate: float | None = None,
     code: GatewayCode = GatewayCode(),
-    extra_toml: str = "",
+    extra_toml: str | Callable[[str], str] = "",
     redis_url: str | None = None,
     key_rpm: int | None = None,
+    upstream_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Stack]:
     """Upstream + gateway (`workers` processes, running `code`) in `workdir`, ready, with a load
-    key; both stopped on exit. The upstream is always this tree's. `extra_toml` is appended to
+    key; both stopped on exit. The upstream is always this tree's (`upstream_args`: more of its
+    command line, e.g. `--fault`). `extra_toml` (or extra_toml(upstream base URL)) is appended to
     the gateway's config (e.g. the audio bench's [[models]]). With `redis_url` the gateway runs
     in multi-instance mode (limits and holds in Redis); `key_rpm` gives the load key a rate
     limit, so every request is admitted by the rate limiter."""
     make_dir(workdir)
     upstream_argv = [sys.executable, "-m", "bench.upstream", "--port", str(free_port())]
-    upstream_argv += ["--completion-tokens", str(completion_tokens)]
+    upstream_argv += ["--completion-tokens", str(completion_tokens), *upstream_args]
     if chunk_interval_ms is not None:
         upstream_argv += ["--chunk-interval-ms", str(chunk_interval_ms)]
     load_cpu = cpus.load if cpus else None
@@ -232,7 +234,7 @@ async def stack(
                 billing=billing,
                 success_sample_rate=success_sample_rate,
             )
-            + extra_toml,
+            + (extra_toml(upstream_base) if callable(extra_toml) else extra_toml),
         )
         alphabet = string.ascii_letters + string.digits
         management_key = "service_mgmt_bench-" + "".join(

@@ -54,7 +54,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
     """Every API area, in the order its routes are served and documented (the operations area
     is the app's: gateway/app.py). An area is given the core and the areas it needs."""
     async with AsyncExitStack() as owned:
-        inference = open_inference(core)
+        inference = await open_inference(core)
         files = await owned.enter_async_context(open_files(core))
         yield Areas(
             (

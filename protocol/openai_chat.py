@@ -29,6 +29,9 @@ class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 
 
+Fallbacks = Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(max_length=5)]
+
+
 class ChatRequest(msgspec.Struct):
     """The fields of a chat completion request the gateway acts on; the rest passes through."""
 
@@ -38,6 +41,9 @@ class ChatRequest(msgspec.Struct):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     metadata: dict[str, str] | None = None
+    # The gateway's own: models to fall back on when every deployment of `model` failed
+    # (docs/routing.md); removed before the provider sees the request.
+    fallbacks: Fallbacks | None = None
 
     @property
     def include_usage(self) -> bool:
@@ -107,6 +113,7 @@ def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> by
 
 def _rewrite(fields: dict[str, msgspec.Raw], *, model: str, force_include_usage: bool) -> bytes:
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
+    fields.pop("fallbacks", None)  # the gateway's own (docs/routing.md)
     stream = fields.get("stream")
     if force_include_usage and stream is not None and bytes(stream) == b"true":
         options_raw = fields.get("stream_options")

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from protocol.openai_chat import ChatRequest
+from protocol.openai_chat import ChatRequest, Fallbacks
 from protocol.usage import Usage
 
 
@@ -102,6 +102,7 @@ class EmbeddingsRequest(msgspec.Struct):
 
     model: str
     input: Annotated[Any, msgspec.Meta(extra_json_schema=_INPUT)]
+    fallbacks: Fallbacks | None = None  # the gateway's own (docs/routing.md)
 
 
 class Embedding(msgspec.Struct):

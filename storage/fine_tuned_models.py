@@ -15,6 +15,7 @@ from storage.database import Database, Row
 
 _COLUMNS = "id, org_id, provider, upstream_model, base_model, job_id, created_at"
 _LIVE = "org_id = :org AND deleted_at IS NULL"
+_QUALIFIED = ", ".join(f"m.{column}" for column in _COLUMNS.split(", "))
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class FineTunedModel:
     base_model: str  # the client-facing base model: its prices apply
     job_id: str
     created_at: int  # µs
+    # Whether its job ran with the organization's own provider key (the model then lives in
+    # the org's account at the provider); None when its job is not known (registered alone).
+    own_key: bool | None = None
 
 
 def _record(row: Row) -> FineTunedModel:
@@ -37,6 +41,7 @@ def _record(row: Row) -> FineTunedModel:
         base_model=row["base_model"],
         job_id=row["job_id"],
         created_at=int(row["created_at"]),
+        own_key=None if row.get("own_key") is None else bool(row["own_key"]),
     )
 
 
@@ -71,11 +76,14 @@ class FineTunedModelRepository:
         )
 
     async def get(self, org_id: str, model_id: str) -> FineTunedModel | None:
-        """The org's live model `model_id`; None when absent, deleted or another org's."""
+        """The org's live model `model_id`, with whether its job used the org's own key; None
+        when absent, deleted or another org's."""
         if "\x00" in model_id:
             return None  # no id holds one (PostgreSQL text cannot)
         row = await self._db.fetchrow(
-            f"SELECT {_COLUMNS} FROM fine_tuned_models WHERE id = :id AND {_LIVE}",
+            f"SELECT {_QUALIFIED}, j.byok AS own_key FROM fine_tuned_models m"
+            " LEFT JOIN fine_tuning_jobs j ON j.id = m.job_id"
+            " WHERE m.id = :id AND m.org_id = :org AND m.deleted_at IS NULL",
             {"id": model_id, "org": org_id},
         )
         return None if row is None else _record(row)

@@ -75,6 +75,13 @@ def fail_reply(status: int, retry_after: str | None) -> JsonReply:
     return error_reply(status, f"simulated upstream failure ({status})", headers=headers)
 
 
+def stream_error_frame(status: int) -> bytes:
+    """Anthropic's in-stream `error` event (e.g. `overloaded_error` for 529), ending a stream."""
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = f"simulated upstream failure in the stream ({status})"
+    return _event("error", {"type": "error", "error": {"type": kind, "message": message}})[0]
+
+
 def _text(content: str | list[_Block] | None) -> str:
     if content is None:
         return ""

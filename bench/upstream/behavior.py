@@ -7,10 +7,12 @@ afterwards, never to one already in flight. No I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from bench.upstream.faults import Faults
 
 REJECTED_KEY_PREFIX = "sk-bad"
 
@@ -43,6 +45,10 @@ class UpstreamBehavior:
     # of running with fine_tune_fail_while_running (a malformed file fails regardless).
     fine_tune_failure: tuple[str, str, str | None] | None = None
     fine_tune_fail_while_running: bool = False
+    # Per-model failures (bench/upstream/faults.py): requests whose body names one of these
+    # models suffer its Faults, on top of the knobs above; `fault_seed` seeds their draws.
+    faults: dict[str, Faults] = field(default_factory=dict)
+    fault_seed: int = 0
 
 
 def snapshot(behavior: UpstreamBehavior) -> UpstreamBehavior:

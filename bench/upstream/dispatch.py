@@ -135,6 +135,17 @@ def _rejected(key: str, behavior: UpstreamBehavior) -> bool:
     return (prefix is not None and key.startswith(prefix)) or key in behavior.rejected_keys
 
 
+def stream_error_frame(request: RecordedRequest, status: int) -> bytes | None:
+    """The provider's in-stream error event for a stream of `request`, typed by `status`; None
+    for streams that have none here (Responses, speech)."""
+    path = request.path.partition("?")[0]
+    if path == "/v1/chat/completions":
+        return openai_routes.stream_error_frame(status)
+    if path in ANTHROPIC_PATHS:
+        return anthropic_routes.stream_error_frame(status)
+    return None
+
+
 def protocol_error(status: int, message: str) -> JsonReply:
     """The answer to a request we could not parse (its path, hence provider, is unknown)."""
     return openai_routes.error_reply(status, message)

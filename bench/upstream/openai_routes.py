@@ -87,6 +87,14 @@ def fail_reply(status: int, retry_after: str | None) -> JsonReply:
     return error_reply(status, f"simulated upstream failure ({status})", headers=headers)
 
 
+def stream_error_frame(status: int) -> bytes:
+    """The in-stream error OpenAI sends when a stream fails after it began (no `[DONE]`)."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    message = f"simulated upstream failure in the stream ({status})"
+    error = {"message": message, "type": kind, "param": None, "code": _ERROR_CODES.get(status)}
+    return b"data: %b\n\n" % _encode({"error": error})
+
+
 def _authorized(request: RecordedRequest) -> bool:
     scheme, _, credential = request.headers.get("authorization", "").partition(" ")
     return scheme.lower() == "bearer" and bool(credential.strip())

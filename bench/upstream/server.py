@@ -6,41 +6,46 @@ at once: the response is cancelled, the connection closed, and a stream is count
 `streams_client_closed`. Cancelling `serve_upstream` closes the listener and every connection at
 once, mid-response included. A route that raises answers its request 500 (logged), a failure
 outside a route closes its connection: neither ends the server or anyone else's requests.
+Per-model faults (bench/upstream/faults.py) are planned when a request starts and carried out
+here: stalls, TCP resets, in-stream error events.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import socket
+import struct
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior, snapshot
-from bench.upstream.dispatch import protocol_error, route
+from bench.upstream.dispatch import protocol_error, route, stream_error_frame
+from bench.upstream.faults import Cut, FaultBook, FaultPlan
 from bench.upstream.fine_tuning import FineTuning
 from bench.upstream.http import (
     CONTINUE,
-    LAST_CHUNK,
     HttpError,
     Request,
     RequestReader,
-    chunk,
     json_response,
     stream_head,
 )
-from bench.upstream.replies import JsonReply, Reply, SseFrame, StreamReply
+from bench.upstream.replies import JsonReply, Reply, StreamReply
+from bench.upstream.streams import (
+    CUT_SHORT,
+    ChunkWriter,
+    Outcome,
+    StreamCut,
+    byte_stream_head,
+    write_frames,
+)
 
 log = logging.getLogger(__name__)
+_LINGER_ZERO = struct.pack("ii", 1, 0)
 
 REQUEST_LOG_LIMIT = 10_000
 RECEIVE_SIZE = 65536
-
-
-class _Outcome(enum.Enum):
-    COMPLETED = "completed"
-    BROKEN = "broken"  # we cut it: break_after_chunks
-    PEER_LEFT = "peer_left"
 
 
 class UpstreamServer:
@@ -52,6 +57,7 @@ class UpstreamServer:
         # Outlives requests and behaviors (bench/upstream/fine_tuning.py); tests inspect it.
         self.fine_tuning = FineTuning()
         self.requests: list[RecordedRequest] = []
+        self._faults = FaultBook()
         self._connections_open = 0
         self._requests_total = 0
         self._streams_active = 0
@@ -65,7 +71,8 @@ class UpstreamServer:
         return f"<UpstreamServer {self.url} {self.statistics()}>"
 
     def statistics(self) -> dict[str, int]:
-        """Counters; `streams_broken` counts streams cut by break_after_chunks."""
+        """Counters; `streams_broken` counts streams we cut short on purpose: break_after_chunks,
+        and a fault's reset or in-stream error event."""
         return {
             "connections_open": self._connections_open,
             "requests_total": self._requests_total,
@@ -74,6 +81,11 @@ class UpstreamServer:
             "streams_client_closed": self._streams_client_closed,
             "streams_broken": self._streams_broken,
         }
+
+    def fault_statistics(self) -> dict[str, dict[str, int]]:
+        """Per model named in a request body while any fault was configured: `requests`, and
+        how many times each fault kind was done (bench/upstream/faults.py `KINDS`)."""
+        return self._faults.statistics()
 
     async def wait_streams_idle(self) -> None:
         """Return once no stream is in progress. Cancellation only abandons the wait."""
@@ -93,14 +105,14 @@ class UpstreamServer:
             self._idle = trio.Event()
         self._streams_active += 1
 
-    def _stream_ended(self, outcome: _Outcome | None) -> None:
+    def _stream_ended(self, outcome: Outcome | None) -> None:
         """`outcome` is None when the server itself cancelled the stream (shutdown)."""
         self._streams_active -= 1
-        if outcome is _Outcome.COMPLETED:
+        if outcome is Outcome.COMPLETED:
             self._streams_completed += 1
-        elif outcome is _Outcome.PEER_LEFT:
+        elif outcome is Outcome.PEER_LEFT:
             self._streams_client_closed += 1
-        elif outcome is _Outcome.BROKEN:
+        elif outcome in CUT_SHORT:
             self._streams_broken += 1
         if not self._streams_active:
             self._idle.set()
@@ -160,7 +172,17 @@ class _Connection:
         recorded = RecordedRequest(request.method, request.target, request.headers, request.body)
         server._record(recorded)
         behavior = snapshot(server.behavior)
+        plan: FaultPlan | None = None
+        if behavior.faults:
+            plan = server._faults.plan(request.body, behavior.faults, behavior.fault_seed)
+            if plan is not None:
+                behavior.hang = behavior.hang or plan.stall
+                if plan.status is not None:
+                    behavior.fail_status, behavior.retry_after = plan.status, plan.retry_after
+                behavior.latency_s += plan.delay_s
         if behavior.hang:
+            if plan is not None and plan.stall:
+                plan.counts.count("stall")
             await self._while_watching(trio.sleep_forever)
             return False
         try:
@@ -169,9 +191,66 @@ class _Connection:
             log.exception("simulated upstream: %s %s failed", request.method, request.target)
             reply = protocol_error(500, f"simulated upstream error: {type(exc).__name__}")
         close = not request.keep_alive
+        if plan is not None:
+            return await self._answer_with_faults(recorded, reply, behavior, plan, close)
         if isinstance(reply, StreamReply):
             return await self._answer_stream(reply, behavior, close)
         return await self._answer_json(reply, behavior.latency_s, close)
+
+    async def _answer_with_faults(
+        self,
+        request: RecordedRequest,
+        reply: Reply,
+        behavior: UpstreamBehavior,
+        plan: FaultPlan,
+        close: bool,
+    ) -> bool:
+        """Answer a request a fault plan hit (its status and delay are in `behavior` already)."""
+        counts = plan.counts
+        if plan.delay_s > 0:
+            counts.count("slow_first_byte")
+        if isinstance(reply, StreamReply):
+            cut = None
+            if plan.cut is not None:
+                frame = b""
+                if plan.cut is Cut.ERROR_FRAME:
+                    frame = stream_error_frame(request, plan.error_status) or b""
+                if frame or plan.cut is not Cut.ERROR_FRAME:
+                    cut = StreamCut(plan.cut_after, plan.cut, frame, counts)
+            return await self._answer_stream(reply, behavior, close, cut)
+        if plan.status is not None and reply.status == plan.status:
+            counts.count("rate_limit" if plan.status == 429 else "error")
+        if plan.cut is None or plan.cut is Cut.ERROR_FRAME or reply.status >= 400:
+            return await self._answer_json(reply, behavior.latency_s, close)
+        data = b""  # Cut.RESET: nothing at all
+        if plan.cut is Cut.STALL:
+            whole = json_response(
+                reply.status,
+                reply.body,
+                headers=reply.headers,
+                close=close,
+                content_type=reply.content_type,
+            )
+            data = whole[: whole.index(b"\r\n\r\n") + 4]
+
+        async def cut_short() -> None:
+            if behavior.latency_s > 0:
+                await trio.sleep(behavior.latency_s)
+            counts.count("reset" if plan.cut is Cut.RESET else "stall_after_frames")
+            if data:
+                await self._stream.send_all(data)
+                await trio.sleep_forever()
+
+        if not await self._while_watching(cut_short):
+            self._reset()
+        return False
+
+    def _reset(self) -> None:
+        """Make the coming close of this connection a TCP RST (SO_LINGER 0)."""
+        try:
+            self._stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_ZERO)
+        except OSError:
+            pass  # already gone
 
     async def _answer_json(self, reply: JsonReply, latency_s: float, close: bool) -> bool:
         """Write one JSON response after `latency_s`; False if the peer left while we waited."""
@@ -193,20 +272,25 @@ class _Connection:
         return not await self._while_watching(delayed)
 
     async def _answer_stream(
-        self, reply: StreamReply, behavior: UpstreamBehavior, close: bool
+        self,
+        reply: StreamReply,
+        behavior: UpstreamBehavior,
+        close: bool,
+        cut: StreamCut | None = None,
     ) -> bool:
-        """Write one SSE (or raw byte) response and count its outcome; True if it completed.
-        Cancellation (shutdown) cuts it and leaves it out of completed / client_closed / broken."""
-        outcome: _Outcome | None = None
+        """Write one SSE (or raw byte) response and count its outcome; True if the connection
+        may serve another request. Cancellation (shutdown) cuts it and leaves it out of
+        completed / client_closed / broken."""
+        outcome: Outcome | None = None
         if reply.content_type is None:
             head = stream_head(close=close)
         else:
             head = byte_stream_head(reply.content_type, close=close)
-        writer = _ChunkWriter(self._stream, head)
+        writer = ChunkWriter(self._stream, head)
 
         async def write() -> None:
             nonlocal outcome
-            outcome = await _write_frames(writer, reply.frames, behavior)
+            outcome = await write_frames(writer, reply.frames, behavior, cut)
 
         self._server._stream_started()
         try:
@@ -214,14 +298,17 @@ class _Connection:
                 behavior.latency_s > 0
                 or behavior.chunk_interval_s > 0
                 or behavior.keepalive_gap_s > 0
+                or cut is not None
             ):
                 if await self._while_watching(write) and outcome is None:
-                    outcome = _Outcome.PEER_LEFT
+                    outcome = Outcome.PEER_LEFT
             else:
                 await write()
         finally:
             self._server._stream_ended(outcome)
-        return outcome is _Outcome.COMPLETED
+        if outcome is Outcome.RESET:
+            self._reset()
+        return outcome is Outcome.COMPLETED or outcome is Outcome.ERRORED
 
     async def _while_watching(self, work: Callable[[], Awaitable[None]]) -> bool:
         """Run `work` while reading the socket; cancel `work` if the peer closes or breaks it.
@@ -246,79 +333,6 @@ class _Connection:
                 left = True
             nursery.cancel_scope.cancel()
         return left
-
-
-def byte_stream_head(content_type: bytes, *, close: bool) -> bytes:
-    """Headers of a chunked response of raw bytes (speech audio)."""
-    connection = b"close" if close else b"keep-alive"
-    return (
-        b"HTTP/1.1 200 OK\r\ncontent-type: "
-        + content_type
-        + b"\r\ntransfer-encoding: chunked\r\nconnection: "
-        + connection
-        + b"\r\n\r\n"
-    )
-
-
-class _ChunkWriter:
-    """Buffers SSE frames and writes them as one HTTP chunk per flush (one send each)."""
-
-    def __init__(self, stream: trio.SocketStream, head: bytes) -> None:
-        self._stream = stream
-        self._head = head
-        self._frames: list[bytes] = []
-
-    def add(self, frame: bytes) -> None:
-        self._frames.append(frame)
-
-    async def flush(self, *, last: bool = False) -> None:
-        """Send what is buffered; cancellation may leave a chunk half sent."""
-        parts = [self._head] if self._head else []
-        self._head = b""
-        if self._frames:
-            parts.append(chunk(b"".join(self._frames)))
-            self._frames.clear()
-        if last:
-            parts.append(LAST_CHUNK)
-        if parts:
-            await self._stream.send_all(b"".join(parts))
-
-
-async def _write_frames(
-    writer: _ChunkWriter, frames: Sequence[SseFrame], behavior: UpstreamBehavior
-) -> _Outcome:
-    """Wait latency_s, then write the frames, pacing content chunks. BROKEN once
-    break_after_chunks content chunks are out (N=0: before the first); PEER_LEFT when a send finds
-    the peer gone. Cancellation stops it wherever it is."""
-    limit = behavior.break_after_chunks
-    interval = behavior.chunk_interval_s
-    gap = behavior.keepalive_gap_s
-    sent = 0
-    try:
-        if behavior.latency_s > 0:
-            await trio.sleep(behavior.latency_s)
-        for data, counted in frames:
-            if counted:
-                if limit is not None and sent >= limit:
-                    await writer.flush()
-                    return _Outcome.BROKEN
-                if sent and interval > 0:
-                    await writer.flush()
-                    await trio.sleep(interval)
-                writer.add(data)
-                sent += 1
-                if sent == limit:
-                    await writer.flush()
-                    return _Outcome.BROKEN
-                if sent == 1 and gap > 0:
-                    await writer.flush()
-                    await trio.sleep(gap)
-            else:
-                writer.add(data)
-        await writer.flush(last=True)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return _Outcome.PEER_LEFT
-    return _Outcome.COMPLETED
 
 
 async def serve_upstream(

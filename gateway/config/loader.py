@@ -222,18 +222,29 @@ def _checked(config: Config, file: str, environ: Mapping[str, str]) -> Config:
             problem = f"duplicate model id {describe(model.id)} (also {ids[model.id]})"
             raise ConfigError(file, f"{where}.id", problem)
         ids[model.id] = f"{where}.id"
-        owner = next((p for p in providers if p.name == model.provider), None)
-        if owner is None:
-            got, known = describe(model.provider), ", ".join(sorted(names)) or "none"
-            problem = f"no provider named {got} (configured providers: {known})"
-            raise ConfigError(file, f"{where}.provider", problem)
-        if model.translations and owner.supports is not None and "audio" not in owner.supports:
-            raise ConfigError(
-                file,
-                f"{where}.translations",
-                f'the provider {describe(owner.name)} does not list "audio" in its supports, so'
-                " this model cannot serve translations",
-            )
+        served_by = [(f"{where}.provider", model.provider)] if model.provider else []
+        served_by += [
+            (f"{where}.deployments[{i}].provider", d.provider)
+            for i, d in enumerate(model.deployments)
+        ]
+        for key, name in served_by:
+            owner = next((p for p in providers if p.name == name), None)
+            if owner is None:
+                got, known = describe(name), ", ".join(sorted(names)) or "none"
+                problem = f"no provider named {got} (configured providers: {known})"
+                raise ConfigError(file, key, problem)
+            if model.translations and owner.supports is not None and "audio" not in owner.supports:
+                raise ConfigError(
+                    file,
+                    f"{where}.translations",
+                    f'the provider {describe(owner.name)} does not list "audio" in its supports,'
+                    " so this model cannot serve translations",
+                )
+    for index, model in enumerate(config.models):
+        for i, fallback in enumerate(model.fallbacks):
+            if fallback not in ids or fallback == model.id:
+                problem = f"{describe(fallback)} is not the id of another [[models]] entry"
+                raise ConfigError(file, f"models[{index}].fallbacks[{i}]", problem)
     default_model = config.images.default_model
     if default_model is not None and default_model not in ids:
         provider_name, slash, upstream = default_model.partition("/")

@@ -14,12 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-import msgspec
 from msgspec import Meta, field
 
 from actors.fine_tuning.settings import FineTuningConfig
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import ActorSettings
+from gateway.config.routing import (
+    DeploymentConfig,
+    RetryStatus,
+    Strategy,
+    check_routing,
+)
 from gateway.config.values import (
     CAPABILITY_NAMES,
     LOG_LEVELS,
@@ -50,11 +55,8 @@ from gateway.config.values import (
     normal_database_url,
     safe_repr,
 )
+from gateway.config.values import Table as _Table
 from protocol.audio.transcription import MAX_FILE_BYTES as AUDIO_MAX_FILE_BYTES
-
-
-class _Table(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One TOML table: typos are unknown keys, not silently ignored."""
 
 
 class ServerConfig(_Table, frozen=True):
@@ -117,9 +119,12 @@ class ProviderConfig(_Table, frozen=True):
 
 
 class ModelConfig(_Table, frozen=True):
+    """A `[[models]]` entry: one deployment (`provider`, `upstream`) or several (`deployments`,
+    gateway/config/routing.py), its prices, and its routing policy."""
+
     id: NonEmpty
-    provider: NonEmpty
-    upstream: NonEmpty = ""  # empty: the same as `id`
+    provider: str = ""  # a [[providers]] name; empty with `deployments`
+    upstream: str = ""  # empty: the same as `id` (one deployment)
     input_usd_per_mtok: Price | None = None
     output_usd_per_mtok: Price | None = None
     usd_per_image: Price | None = None
@@ -138,10 +143,31 @@ class ModelConfig(_Table, frozen=True):
     # May serve /v1/audio/translations; None: by the upstream name (`whisper…` translate:
     # protocol/audio/transcription.supports_translation), for configs written before the key.
     translations: bool | None = None
+    # Routing (gateway/config/routing.py, docs/routing.md).
+    deployments: tuple[DeploymentConfig, ...] = ()
+    strategy: Strategy = "priority"
+    fallbacks: tuple[NonEmpty, ...] = ()  # other model ids, in order, when every deployment failed
+    max_attempts: Annotated[int, Meta(ge=1, le=20)] = 3  # upstream attempts per request
+    retry_budget_s: Positive = 30.0  # no new attempt starts after this
+    retry_on_status: tuple[RetryStatus, ...] = (429, 500, 502, 503, 504)
+    stream_failover: bool = True  # continue a broken stream on another deployment
+    cooldown_s: Positive = 30.0  # a tripped deployment rests this long, doubling on repeat trips
+    max_cooldown_s: Positive = 600.0  # the doubling stops here
+    trip_failures: PositiveInt = 3  # failures among the last `trip_window` attempts trip it
+    trip_window: PositiveInt = 5
 
     def __post_init__(self) -> None:
-        if not self.upstream:
+        check_routing(self)
+        if self.deployments:
+            for name in ("provider", "upstream"):
+                if getattr(self, name):
+                    raise FieldProblem(name, "is set on each of `deployments` instead")
+        elif not self.provider.strip():
+            raise FieldProblem("provider", "is required (or `deployments`)")
+        elif not self.upstream:
             force(self, "upstream", self.id)
+        elif not self.upstream.strip():
+            raise FieldProblem("upstream", "must not be blank")
         for name in PRICE_FIELDS:
             value = getattr(self, name)
             if value is not None:

@@ -30,6 +30,11 @@ _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 SECRET = {"secret": True}  # Meta(extra=...): the value is never shown, only its type
 URL = {"url": True}  # Meta(extra=...): shown with its password masked
 
+
+class Table(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One TOML table: typos are unknown keys, not silently ignored."""
+
+
 # Kinds of value, each with its rule and the words for it (errors.py).
 NonEmpty = Annotated[str, Meta(pattern=r"\S")]
 Positive = Annotated[float, Meta(gt=0, le=sys.float_info.max)]  # finite and > 0

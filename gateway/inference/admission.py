@@ -4,6 +4,7 @@ it cost. (The key's rate limit was applied by the request layer: gateway/web/rat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
 
@@ -12,7 +13,7 @@ from gateway.config import ModelConfig
 from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.fine_tuned import FT_PREFIX, resolve_fine_tuned
+from gateway.inference.fine_tuned import FT_PREFIX, keep_affinity, resolve_fine_tuned
 from gateway.inference.model_registry import (
     ResolvedModel,
     capability_missing,
@@ -82,12 +83,7 @@ async def admit_model(
         raise
     call.ctx.model = model.id
     call.check_model_allowed(model)
-    kind_can = _KIND_CAPABILITIES.get(model.provider.kind)
-    supports = model.provider.supports
-    if (kind_can is not None and capability not in kind_can) or (
-        supports is not None and _SUPPORTS_NAME.get(capability, capability) not in supports
-    ):
-        raise capability_missing(model, _DESCRIPTIONS[capability])
+    _check_serves(model, capability)
     if capability == "translation" and not model.translations:
         raise invalid_request(
             f"The model {model.id!r} does not translate audio; use a whisper model, or set "
@@ -96,7 +92,10 @@ async def admit_model(
             code="unsupported_model",
         )
     price: ModelConfig | None = None
-    if await call.find_own_key(deps.provider_keys, model.provider.name) is None:
+    own = await call.find_own_key(deps.provider_keys, model.provider.name)
+    if model.trained_with_own_key is not None:
+        own = keep_affinity(call, model, own)
+    if own is None:
         require_gateway_key(model.provider)  # 503 when its api_key_env is not set
         field = UNIT_PRICE_FIELDS.get(capability)
         if field is None:
@@ -104,6 +103,72 @@ async def admit_model(
         else:
             price = require_unit_price(model, field)
     return model, price
+
+
+def _check_serves(model: ResolvedModel, capability: str) -> None:
+    """400 `unsupported_model` unless the model's provider does `capability`."""
+    kind_can = _KIND_CAPABILITIES.get(model.provider.kind)
+    supports = model.provider.supports
+    if (kind_can is not None and capability not in kind_can) or (
+        supports is not None and _SUPPORTS_NAME.get(capability, capability) not in supports
+    ):
+        raise capability_missing(model, _DESCRIPTIONS[capability])
+
+
+async def admit_fallbacks(
+    call: Call,
+    deps: InferenceDeps,
+    model: ResolvedModel,
+    requested: Sequence[str],
+    *,
+    capability: str,
+) -> list[ResolvedModel]:
+    """The models a request falls back on, in order, once every deployment of the ones
+    before failed (gateway/inference/routing.py): the model's own (`fallbacks` of its
+    [[models]] entry), skipped when this key may not use one, it does not serve the
+    capability or has no price; then the request's own (`fallbacks` in its body), each of
+    which must exist (404), be allowed to the key (403), serve the capability and have a price
+    (400), `param` naming it (`fallbacks[1]`). A model already in the chain is not repeated.
+    Price is not asked with the org's own key for the request's provider (nothing is billed)."""
+    chain: list[ResolvedModel] = []
+    seen = {model.id}
+    configured = model.route.fallbacks if model.route is not None else ()
+    for name in configured:
+        try:
+            fallback = await _admit_fallback(call, deps, name, capability)
+        except APIError:
+            continue  # the operator's choice, which this key or capability cannot use
+        if fallback.id not in seen:
+            seen.add(fallback.id)
+            chain.append(fallback)
+    for index, name in enumerate(requested):
+        try:
+            fallback = await _admit_fallback(call, deps, name, capability)
+        except APIError as exc:
+            exc.param = f"fallbacks[{index}]"
+            raise
+        if fallback.id not in seen:
+            seen.add(fallback.id)
+            chain.append(fallback)
+    return chain
+
+
+async def _admit_fallback(
+    call: Call, deps: InferenceDeps, name: str, capability: str
+) -> ResolvedModel:
+    if name.startswith(FT_PREFIX):
+        model = await resolve_fine_tuned(deps, call.principal.org_id, name)
+    else:
+        model = deps.registry.resolve(name)
+    call.check_model_allowed(model)
+    _check_serves(model, capability)
+    if call.own_key is None:
+        field = UNIT_PRICE_FIELDS.get(capability)
+        if field is None:
+            require_price(model, output=capability in ("chat", "responses"))
+        else:
+            require_unit_price(model, field)
+    return model
 
 
 def require_unit_price(model: ResolvedModel, field: str) -> ModelConfig:

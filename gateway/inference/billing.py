@@ -109,12 +109,20 @@ class Bill:
         pricing: Pricing | UnitPricing,
         description: str,
         budget: KeyBudget | None = None,
+        plan: str | None = None,
     ) -> None:
         self._accountant = accountant
         self._reservation = reservation
         self._pricing = pricing
         self._description = description
         self._budget = budget
+        self._plan = plan  # token pricing's plan, for `reprice`
+
+    def reprice(self, price: ModelConfig) -> None:
+        """Charge tokens at `price` (the deployment that answers, of a model of several:
+        gateway/inference/routing.py); the hold, at the highest of them, covers it."""
+        if self._plan is not None:
+            self._pricing = pricing_for(price, self._plan)
 
     def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
         assert isinstance(self._pricing, Pricing)
@@ -166,7 +174,7 @@ async def open_bill(
     pricing = pricing_for(price, plan)
     most = pricing.most(estimate_tokens(prompt_bytes), output_tokens)
     reservation = await _hold(accountant, org_id, most, budget)
-    return Bill(accountant, reservation, pricing, description, budget)
+    return Bill(accountant, reservation, pricing, description, budget, plan)
 
 
 async def open_unit_bill(

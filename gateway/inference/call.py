@@ -25,7 +25,7 @@ class OwnKeys(InvalidKeyReporter, Protocol):
 
 
 class Call:
-    __slots__ = ("bill", "ctx", "own_key", "principal", "request")
+    __slots__ = ("bill", "ctx", "first_byte_at", "own_key", "principal", "request")
 
     def __init__(self, request: Request) -> None:
         assert request.principal is not None  # every inference route needs a credential
@@ -36,6 +36,9 @@ class Call:
         # The org's own key for the model's provider (bring-your-own-key): sent upstream
         # instead of the gateway's; the provider bills the org, so the request costs nothing.
         self.own_key: str | None = None
+        # When a streamed answer's first byte went to the client (Trio's clock), for routing's
+        # time-to-first-byte average (gateway/inference/routing.py).
+        self.first_byte_at: float | None = None
 
     async def find_own_key(self, keys: OwnKeys, provider: str) -> str | None:
         """The org's own key for `provider`, if it has one (then `own_key`, and noted on the

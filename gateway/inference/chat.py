@@ -5,15 +5,18 @@ translated both ways."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
-from gateway.inference.admission import admit_model, reserve
+from gateway.inference.admission import admit_fallbacks, admit_model, reserve
 from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.deps import InferenceDeps
-from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.model_registry import ResolvedModel, highest_prices
+from gateway.inference.routing import attempts
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
 from gateway.web.request import Request
@@ -36,6 +39,11 @@ class ChatCompletions:
         request = parsed.request
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability="chat")
+        fallbacks = await admit_fallbacks(
+            call, deps, model, request.fallbacks or (), capability="chat"
+        )
+        if fallbacks and price is not None:  # the hold covers whichever model answers
+            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         claim = await idempotency.begin(
             deps.idempotency, call.principal.org_id, request.metadata, body
         )
@@ -52,7 +60,10 @@ class ChatCompletions:
                 prompt_bytes=len(body),
                 output_tokens=request.output_limit or DEFAULT_OUTPUT_RESERVE_TOKENS,
             )
-            out = await self._forward(call, body, parsed, model, price)
+            forward = partial(self._forward, call, body, parsed, price)
+            out = await attempts(
+                call, deps, model, forward, fallbacks=fallbacks, replayable=claim is None
+            )
             if claim is not None:
                 # Stored before it is sent, so that an immediate retry finds it.
                 state = STREAMED if out is None else COMPLETED
@@ -71,11 +82,17 @@ class ChatCompletions:
         call: Call,
         body: bytes,
         parsed: ParsedChat,
-        model: ResolvedModel,
         price: ModelConfig | None,
+        model: ResolvedModel,
     ) -> bytes | None:
-        """The JSON answer to send, or None when a stream was sent."""
+        """One attempt on `model` (a deployment, gateway/inference/routing.py): the JSON
+        answer to send, or None when a stream was sent."""
         deps = self._deps
+        if price is not None and model.price is not price:  # one of several deployments
+            assert model.price is not None  # a model with an unpriced deployment has no price
+            price = model.price
+            if call.bill is not None:
+                call.bill.reprice(price)
         request = parsed.request
         client = deps.upstreams.get(model.provider.name)
         if model.provider.kind == "anthropic":
@@ -125,6 +142,7 @@ class ChatCompletions:
         try:
             await relay_to_client(call, deps, client, path, upstream_body, frames, sink)
         finally:
+            call.first_byte_at = sink.opened_at
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, or the stream broke).
             usage = frames.usage or Usage(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.accountant import Accountant
+from actors.cooldown_sync import CooldownSync
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
@@ -25,3 +26,5 @@ class InferenceDeps:
     accountant: Accountant | None  # None: billing is off
     provider_keys: ProviderKeyResolver  # bring-your-own-key: the org's own key for a provider
     fine_tuned_models: FineTunedModelRepository  # `ft:` names, per organization
+    # Deployments' cooldowns shared through Redis (None: without Redis, or no model of several).
+    cooldowns: CooldownSync | None = None

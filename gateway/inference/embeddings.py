@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.inference.admission import admit_model, reserve
+from gateway.inference.admission import admit_fallbacks, admit_model, reserve
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
+from gateway.inference.model_registry import ResolvedModel, highest_prices
+from gateway.inference.routing import attempts
 from gateway.web.request import Request
 from protocol.decoding import decode_json
 from protocol.errors import UpstreamMalformed, invalid_request
@@ -25,18 +27,37 @@ class Embeddings:
         if request.input in ("", []):
             raise invalid_request("`input` must be a non-empty string or array.", param="input")
         model, price = await admit_model(call, deps, request.model, capability="embeddings")
-        client = deps.upstreams.get(model.provider.name)
-        upstream_body = rewrite_request(body, model=model.upstream, force_include_usage=False)
+        fallbacks = await admit_fallbacks(
+            call, deps, model, request.fallbacks or (), capability="embeddings"
+        )
+        if fallbacks and price is not None:  # the hold covers whichever model answers
+            price = highest_prices(price, [price, *(f.price for f in fallbacks)])
         await reserve(
             call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
         )
-        try:
+
+        async def embed(deployment: ResolvedModel) -> bytes:
+            """One attempt on a deployment (gateway/inference/routing.py)."""
+            charged = price
+            if price is not None and deployment.price is not price:  # one of several
+                assert deployment.price is not None
+                charged = deployment.price
+                if call.bill is not None:
+                    call.bill.reprice(charged)
+            client = deps.upstreams.get(deployment.provider.name)
+            upstream_body = rewrite_request(
+                body, model=deployment.upstream, force_include_usage=False
+            )
             content, _ = await client.post_json("embeddings", upstream_body, api_key=call.own_key)
             try:
-                out, usage = rewrite_model_in_object(content, model.id)
+                out, usage = rewrite_model_in_object(content, deployment.id)
             except UpstreamMalformed as exc:  # valid HTTP, but not an embeddings list
-                raise exc.named(model.provider.name) from None
-            call.charge(usage or Usage(), price)
+                raise exc.named(deployment.provider.name) from None
+            call.charge(usage or Usage(), charged)
+            return out
+
+        try:
+            out = await attempts(call, deps, model, embed, fallbacks=fallbacks)
         finally:
             call.close_bill()
         await call.answer_json(out)

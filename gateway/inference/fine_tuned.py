@@ -52,6 +52,29 @@ async def resolve_fine_tuned(deps: InferenceDeps, org_id: str, name: str) -> Res
     raise model_not_found(name)
 
 
+def keep_affinity(call: Call, model: ResolvedModel, own: str | None) -> str | None:
+    """The key a fine-tuned model is called with: the one whose provider account trained it
+    (it exists nowhere else). Trained with the org's own key that is gone: 400
+    `provider_key_required`. Trained with the gateway's: the gateway's, even when the org has
+    its own key for the provider now (returns None, and the request is billed)."""
+    if model.trained_with_own_key:
+        if own is None:
+            raise APIError(
+                400,
+                f"The model {model.id!r} was trained with this organization's own key for the"
+                f" provider {model.provider.name!r} and exists only in that account; add the key"
+                " again with POST /v1/provider_keys.",
+                type="invalid_request_error",
+                code="provider_key_required",
+                param="model",
+            )
+        return own
+    if own is not None:  # the org's key cannot reach a model in the gateway's account
+        call.own_key = None
+        call.ctx.own_key = None
+    return None
+
+
 class DeleteModel:
     """DELETE /v1/models/{model_id}: an organization's fine-tuned model, at the provider first
     (when it speaks OpenAI's fine-tuning API; its 404 means already gone there), then here. A
@@ -82,7 +105,10 @@ class DeleteModel:
         if model.provider.kind in _DELETES_AT_PROVIDER and (
             model.provider.supports is None or "fine_tuning" in model.provider.supports
         ):
-            if await call.find_own_key(deps.provider_keys, model.provider.name) is None:
+            own = await call.find_own_key(deps.provider_keys, model.provider.name)
+            if model.trained_with_own_key is not None:
+                own = keep_affinity(call, model, own)
+            if own is None:
                 require_gateway_key(model.provider)
             client = deps.upstreams.get(model.provider.name)
             try:

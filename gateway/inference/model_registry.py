@@ -9,8 +9,9 @@ once its record was read: it keeps its `ft:` name as id. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as replace_dc
 
 from msgspec.structs import replace
 
@@ -18,21 +19,56 @@ from gateway.config import ModelConfig, ProviderConfig
 from protocol.audio.transcription import supports_translation
 from protocol.errors import APIError, invalid_request
 from protocol.price_catalogue import catalogue_price
+from services.routing.balancer import Balancer, Target
+from services.routing.breaker import Breaker
 from storage.fine_tuned_models import FineTunedModel
+
+# A model's routing fields as they are when not set (retries of a model of one deployment,
+# e.g. one a request names in its `fallbacks`).
+DEFAULT_POLICY = ModelConfig(id="-", provider="-")
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
-    id: str  # canonical: "<provider>/<upstream>"
+    """What serves a model. With one deployment, `id` is canonical: "<provider>/<upstream>".
+    A model of several (`[[models.deployments]]`) has `route`, its id is its `[[models]]` id,
+    and `provider`, `upstream` are its first deployment's; its `price` holds the highest input
+    and output prices of its deployments (what a request reserves)."""
+
+    id: str
     provider: ProviderConfig
     upstream: str
     price: ModelConfig | None  # None: no price known
     aliases: tuple[str, ...] = ()
     translations: bool = False  # may serve /v1/audio/translations
+    route: Route | None = None
+    # A fine-tuned model lives in the provider account that trained it: True, the org's own
+    # key's (only that key may call it); False, the gateway's; None, any key.
+    trained_with_own_key: bool | None = None
 
     def names(self) -> tuple[str, ...]:
         """Every identifier that names this model (for `allowed_models`)."""
         return (self.id, *self.aliases)
+
+    @property
+    def deployment(self) -> str:
+        """The deployment that serves it, as answers name it (`x-gateway-deployment`)."""
+        return f"{self.provider.name}/{self.upstream}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A model's deployments (each a `ResolvedModel` with the model's id and the deployment's
+    provider, upstream name and prices), the balancer choosing among them, and the retry
+    policy (gateway/inference/routing.py drives them)."""
+
+    deployments: tuple[ResolvedModel, ...]
+    balancer: Balancer
+    max_attempts: int
+    retry_budget_s: float
+    retry_on_status: frozenset[int]
+    stream_failover: bool
+    fallbacks: tuple[str, ...] = ()  # other models' ids, tried in order when these all failed
 
 
 def may_use(names: tuple[str, ...], allowed_models: tuple[str, ...] | None) -> bool:
@@ -80,8 +116,12 @@ class ModelRegistry:
         self._by_canonical: dict[str, ResolvedModel] = {}
         aliases: dict[str, list[str]] = {}
         for m in models:
-            aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
+            if not m.deployments:
+                aliases.setdefault(f"{m.provider}/{m.upstream}", []).append(m.id)
         for m in models:
+            if m.deployments:
+                self._by_alias[m.id] = self._routed(m)
+                continue
             canonical = f"{m.provider}/{m.upstream}"
             provider = self._providers[m.provider]
             resolved = ResolvedModel(
@@ -92,8 +132,74 @@ class ModelRegistry:
                 tuple(aliases[canonical]),
                 supports_translation(m.upstream, m.translations),
             )
+            if m.fallbacks:  # one deployment, and other models to fall back on
+                resolved = replace_dc(resolved, route=single_route(resolved, m))
             self._by_alias[m.id] = resolved
             self._by_canonical.setdefault(canonical, resolved)
+
+    def _routed(self, m: ModelConfig) -> ResolvedModel:
+        """A model of several deployments, with its route."""
+        deployments = []
+        targets = []
+        for index, d in enumerate(m.deployments):
+            provider = self._providers[d.provider]
+            own = d.input_usd_per_mtok is not None
+            price = replace(
+                m,
+                provider=d.provider,
+                upstream=d.upstream,
+                deployments=(),
+                input_usd_per_mtok=d.input_usd_per_mtok if own else m.input_usd_per_mtok,
+                output_usd_per_mtok=d.output_usd_per_mtok if own else m.output_usd_per_mtok,
+            )
+            priced = _with_catalogue(price, provider.kind)
+            deployments.append(
+                ResolvedModel(
+                    m.id,
+                    provider,
+                    d.upstream,
+                    priced,
+                    (),
+                    supports_translation(d.upstream, m.translations),
+                )
+            )
+            breaker = Breaker(
+                trip_failures=m.trip_failures,
+                trip_window=m.trip_window,
+                cooldown_s=m.cooldown_s,
+                max_cooldown_s=m.max_cooldown_s,
+            )
+            targets.append(
+                Target(
+                    index,
+                    d.name,
+                    breaker,
+                    priority=d.priority,
+                    weight=d.weight,
+                    cost=_cost(priced),
+                    rpm=d.rpm,
+                    tpm=d.tpm,
+                )
+            )
+        route = Route(
+            tuple(deployments),
+            Balancer(targets, m.strategy),
+            m.max_attempts,
+            m.retry_budget_s,
+            frozenset(m.retry_on_status),
+            m.stream_failover,
+            m.fallbacks,
+        )
+        first = deployments[0]
+        return ResolvedModel(
+            m.id,
+            first.provider,
+            first.upstream,
+            highest_prices(m, [d.price for d in deployments]),
+            (),
+            all(d.translations for d in deployments),
+            route,
+        )
 
     @property
     def providers(self) -> list[ProviderConfig]:
@@ -134,11 +240,61 @@ class ModelRegistry:
                 price = self.resolve(record.base_model).price
             except APIError:
                 price = None
-        return ResolvedModel(record.id, provider, record.upstream_model, price)
+        return ResolvedModel(
+            record.id, provider, record.upstream_model, price, trained_with_own_key=record.own_key
+        )
+
+    def routed(self) -> list[tuple[str, Route]]:
+        """The models of several deployments, with their routes, in configuration order."""
+        return [(alias, m.route) for alias, m in self._by_alias.items() if m.route is not None]
 
     def configured(self) -> list[tuple[str, ResolvedModel]]:
         """The `[[models]]` entries as (alias, model), in configuration order."""
         return list(self._by_alias.items())
+
+
+def single_route(model: ResolvedModel, policy: ModelConfig = DEFAULT_POLICY) -> Route:
+    """The route of a model of one deployment (`model` itself), with `policy`'s routing fields
+    (the defaults when the model names no fallbacks: it is then only routed as a request's
+    own fallback or with some)."""
+    breaker = Breaker(
+        trip_failures=policy.trip_failures,
+        trip_window=policy.trip_window,
+        cooldown_s=policy.cooldown_s,
+        max_cooldown_s=policy.max_cooldown_s,
+    )
+    return Route(
+        (model,),
+        Balancer([Target(0, model.deployment, breaker)]),
+        policy.max_attempts,
+        policy.retry_budget_s,
+        frozenset(policy.retry_on_status),
+        policy.stream_failover,
+        policy.fallbacks,
+    )
+
+
+def _cost(price: ModelConfig) -> float:
+    """A deployment's price for the `cost` strategy: input + output per million tokens
+    (unpriced: last)."""
+    if price.input_usd_per_mtok is None:
+        return float("inf")
+    return float(price.input_usd_per_mtok + (price.output_usd_per_mtok or 0))
+
+
+def highest_prices(model: ModelConfig, prices: Sequence[ModelConfig | None]) -> ModelConfig | None:
+    """`model` with the highest input and output prices of `prices` (a model's deployments,
+    or a request's models and fallbacks), for reservations: whichever answers, the hold
+    covers it. None if one is unpriced."""
+    inputs = [p.input_usd_per_mtok for p in prices if p is not None]
+    if len(inputs) < len(prices) or any(i is None for i in inputs):
+        return None
+    outputs = [p.output_usd_per_mtok for p in prices if p is not None]
+    return replace(
+        model,
+        input_usd_per_mtok=max(i for i in inputs if i is not None),
+        output_usd_per_mtok=None if None in outputs else max(o for o in outputs if o is not None),
+    )
 
 
 def _priced(model: ModelConfig) -> bool:

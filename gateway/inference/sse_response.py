@@ -44,10 +44,12 @@ class ClientStream:
         self.ended = False  # the end of the body was written
         self.left = False  # a write found the client gone
         self.frames_sent = 0
+        self.opened_at: float | None = None  # Trio's clock, when the response began
 
     async def open(self) -> bool:
         http = self._request
         http.started = True
+        self.opened_at = trio.current_time()
         try:
             await start_sse(http.scope, self._send, http.headers)
         except ClientDisconnected:

@@ -5,9 +5,11 @@ and which worker process serves it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from gateway.area import Area
 from gateway.core import Core
+from gateway.inference.deployments import deployment_statistics
 from gateway.operations.routes import ALONE, Worker, routes
 from gateway.web import Operation
 
@@ -22,6 +24,9 @@ def open_operations(
             core.metrics,
             all_operations,
             worker,
-            services={"upstreams": core.upstreams.statistics},
+            services={
+                "upstreams": core.upstreams.statistics,
+                "deployments": partial(deployment_statistics, core.registry),
+            },
         )
     )

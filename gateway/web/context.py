@@ -62,6 +62,8 @@ class RequestContext:
     error_code: str | None = None
     error_message: str | None = None
     own_key: OwnKey | None = None  # set by admission when the org's own provider key is used
+    deployment: str | None = None  # `<provider>/<upstream>` that answered (inference)
+    attempts: int | None = None  # upstream attempts made (inference)
 
     def note_error(self, type: str, code: str | None, message: str) -> None:
         self.error_type = type

@@ -114,6 +114,8 @@ class RequestMiddleware:
                         "org_id": ctx.org_id,
                         "key_id": ctx.key_id,
                         "model": ctx.model,
+                        "deployment": ctx.deployment,
+                        "attempts": ctx.attempts,
                         "prompt_tokens": ctx.prompt_tokens,
                         "completion_tokens": ctx.completion_tokens,
                         "cost_usd": ctx.cost_usd,

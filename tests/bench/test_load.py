@@ -83,6 +83,14 @@ async def _cut_close(server: FakeServer, stream: trio.SocketStream) -> bool:
     return False
 
 
+async def _error_frame(server: FakeServer, stream: trio.SocketStream) -> bool:
+    # A stream that broke after its first frames, as the gateway ends one: error frame, [DONE].
+    error = b'data: {"error":{"message":"upstream broke","type":"upstream_error"}}\n\n'
+    frames = [*EVENTS[:3], error, DONE]
+    await stream.send_all(SSE_HEAD + b"".join(chunk(e) for e in frames) + b"0\r\n\r\n")
+    return True
+
+
 async def _error500(server: FakeServer, stream: trio.SocketStream) -> bool:
     await stream.send_all(json_response(500))
     return True
@@ -117,6 +125,7 @@ RESPONDERS: dict[str, Responder] = {
     "cut_clean": _cut_clean,
     "cut_close": _cut_close,
     "error500": _error500,
+    "error_frame": _error_frame,
     "garbage": _garbage,
     "close": _close,
     "drop": _drop,
@@ -269,6 +278,7 @@ async def test_duration_bound_stops_by_itself(server: FakeServer) -> None:
         ("error500", False, "status_500"),
         ("cut_clean", True, "stream_cut"),
         ("cut_close", True, "stream_cut"),
+        ("error_frame", True, "stream_error"),
         ("garbage", False, "protocol"),
         ("json", True, "stream_cut"),  # a JSON answer to a stream request has no [DONE]
     ],
