@@ -67,8 +67,9 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "provider_key.invalid": {
         "provider_key_id": "pk_SAMPLE00000000000000000",
         "provider": "openai",
-        "key_hint": "AbCd",
-        "upstream_status": 401,
+        "status": 401,
+        "reason": "The provider answered 401 Unauthorized: it does not know the key (revoked,"
+        " expired or mistyped).",
     },
     "endpoint.unhealthy": {
         "endpoint_id": "ep_SAMPLE00000000000000000",

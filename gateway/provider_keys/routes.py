@@ -5,6 +5,8 @@ who pays for them, organization-wide (no secret key may change that, whatever it
 is checked with its provider before it is stored, stored sealed (AES-256-GCM), and never
 answered: responses carry its last characters only. One key per provider: creating a second
 replaces the first (same id). Another organization's key is indistinguishable from a missing one.
+A key the provider refused on a request is shown `status: "invalid"` (services/provider_keys.py
+stops using it); storing a key again for that provider makes it valid.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from protocol.provider_keys import (
     ProviderKeyDeleted,
     ProviderKeyList,
     key_hint,
+    refusal_reason,
     sealing_context,
     shown_hint,
 )
@@ -40,6 +43,12 @@ def provider_key_item(record: ProviderKeyRecord) -> ProviderKey:
         created_at=to_iso(record.created_at) or "",
         updated_at=to_iso(record.updated_at) or "",
         last_rejected_at=to_iso(record.last_rejected_at),
+        status="valid" if record.invalid_since is None else "invalid",
+        invalidated_at=to_iso(record.invalid_since),
+        invalid_reason=None
+        if record.invalid_since is None
+        else refusal_reason(record.invalid_status),
+        fallback_to_gateway_key=record.fallback_to_gateway_key,
     )
 
 
@@ -89,8 +98,14 @@ def routes(storage: Storage, resolver: ProviderKeyResolver, upstreams: Upstreams
         org_id = principal.org_id
         sealed = resolver.box.seal(body.api_key, sealing_context(org_id, body.provider))
         record, created = await storage.provider_keys.put(
-            org_id, body.provider, sealed, key_hint(body.api_key)
+            org_id,
+            body.provider,
+            sealed,
+            key_hint(body.api_key),
+            fallback_to_gateway_key=body.fallback_to_gateway_key,
         )
+        # Valid again (if it was marked invalid): forgotten here now, on the other instances
+        # with the credential epoch the put moved.
         resolver.forget(org_id, body.provider)
         return json_response(provider_key_item(record), status=201 if created else 200)
 

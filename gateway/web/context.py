@@ -18,9 +18,15 @@ SCOPE_KEY = "gateway.request"
 
 class InvalidKeyReporter(Protocol):
     async def report_invalid(
-        self, org_id: str, provider: str, *, status: int | None = None
+        self,
+        org_id: str,
+        provider: str,
+        *,
+        status: int | None = None,
+        started: float | None = None,
     ) -> bool:
-        """Record that `provider` refused the org's key (services/provider_keys.py)."""
+        """Record that `provider` refused the org's key on a request that began at `started`
+        (`RequestContext.started`; services/provider_keys.py)."""
         ...
 
 

@@ -13,9 +13,10 @@ here, and only here; handlers let them propagate.
                           upstream_error; logged as a warning. Except when the request
                           used the organization's own key for that provider (`ctx.own_key`,
                           set by admission) and the provider answered 401/403: that is
-                          recorded (`report_invalid`: a `provider_key.invalid` event, one per
-                          key per minute; a failure to record is logged, never answered) and
-                          answered 400 `invalid_provider_key` naming the provider
+                          recorded (`report_invalid`: the key is marked invalid and no longer
+                          used, with one `provider_key.invalid` event; a failure to record is
+                          logged, never answered) and answered 400 `invalid_provider_key`
+                          naming the provider
     ActorBroken           503 actor_unavailable (server_error), Retry-After: 1; logged (an
                           actor the request needed did not answer: crashed, restarting, or
                           given up on)
@@ -230,10 +231,10 @@ async def answer(
     own_key = ctx.own_key if ctx is not None else None
     refusal = own_key_refusal(exc, own_key)
     if refusal is not None:
-        assert own_key is not None
+        assert ctx is not None and own_key is not None
         try:
             await own_key.reporter.report_invalid(
-                own_key.org_id, refusal.provider, status=refusal.status
+                own_key.org_id, refusal.provider, status=refusal.status, started=ctx.started
             )
         except Exception:
             log.exception(

@@ -2,7 +2,8 @@
 every storage backend: requests to a provider the org has its own key for are sent with that key
 (chat JSON and SSE, Anthropic, embeddings), cost nothing (a usage row of 0, never a 402, unpriced
 models allowed), and a key the provider refuses at use is a 400 naming the provider with one
-`provider_key.invalid` event; deleting the key brings back the gateway's key and billing."""
+`provider_key.invalid` event (test_byok_invalid.py: what follows); deleting the key brings back
+the gateway's key and billing."""
 
 from __future__ import annotations
 
@@ -220,9 +221,12 @@ async def test_a_key_refused_at_use_is_a_400_naming_the_provider_and_one_event(
     assert len(events) == 1
     assert events[0].data["provider_key_id"] == key_id
     assert events[0].data["provider"] == provider
-    assert events[0].data["upstream_status"] == 401
+    assert events[0].data["status"] == 401
     shown = await rig.gateway.client.get(f"/v1/provider_keys/{key_id}", headers=rig.gateway.auth())
-    assert shown.json()["last_rejected_at"] is not None
+    assert shown.json()["last_rejected_at"] is not None and shown.json()["status"] == "invalid"
+    # Only the first request went upstream with the key: it was marked invalid then.
+    path = "/v1/messages" if provider == "claude" else "/v1/chat/completions"
+    assert len([q for q in rig.upstream.requests if q.path == path]) == 1
     # Not billed: nothing settled, nothing held.
     balance, rows = await ledger(rig, settled=0)
     assert (balance, rows) == (CREDIT, [])

@@ -1,9 +1,9 @@
 """Bring-your-own-key refused at use, on every route that calls a provider with the org's own
 key: the refusal is mapped once, at the boundary (gateway/web/errors.py), the same way on
 each — 400 `invalid_provider_key` naming the provider, JSON (a stream's too: nothing was sent
-yet), one `provider_key.invalid` event, nothing charged — and the gateway's own key refused is
-still the 502 it was. Chat (JSON and SSE), embeddings and rerank are covered by
-test_byok_inference.py and rerank/test_rerank_billing.py."""
+yet), one `provider_key.invalid` event, nothing charged, and the key marked invalid is not sent
+again — and the gateway's own key refused is still the 502 it was. Chat (JSON and SSE),
+embeddings and rerank are covered by test_byok_inference.py and rerank/test_rerank_billing.py."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ async def test_an_own_key_refused_at_use_is_mapped_the_same_on_every_route(
     )
     assert added.status_code == 201, added.text
     rig.upstream.behavior.rejected_keys = frozenset({OWN_KEY})
-    for _ in range(2):  # the second refusal within a minute writes no second event
+    for _ in range(2):  # the first refusal marks the key invalid; the second never sends it
         r = await ROUTES[route](rig)
         assert r.status_code == 400, r.text
         assert r.headers["content-type"].startswith("application/json")
@@ -74,7 +74,9 @@ async def test_an_own_key_refused_at_use_is_mapped_the_same_on_every_route(
         assert (error["code"], error["type"]) == ("invalid_provider_key", "invalid_request_error")
         assert "'sim'" in error["message"] and OWN_KEY not in r.text
     events = await invalid_events(rig)
-    assert [(e.data["provider"], e.data["upstream_status"]) for e in events] == [("sim", 401)]
+    assert [(e.data["provider"], e.data["status"]) for e in events] == [("sim", 401)]
+    sent = [q for q in rig.upstream.requests if OWN_KEY in q.headers.get("authorization", "")]
+    assert len([q for q in sent if q.path != "/v1/models"]) == 1  # the check, then one request
     assert await ledger(rig, 0) == (CREDIT, [])
 
 

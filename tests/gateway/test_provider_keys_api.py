@@ -57,10 +57,20 @@ async def test_create_checks_the_key_with_the_provider_and_never_answers_it(rig:
         "created_at",
         "updated_at",
         "last_rejected_at",
+        "status",
+        "invalidated_at",
+        "invalid_reason",
+        "fallback_to_gateway_key",
     }
     assert created["id"].startswith("pk_") and created["object"] == "provider_key"
     assert created["provider"] == "sim" and created["key_hint"] == "…0001"
     assert created["created_at"].endswith("Z") and created["last_rejected_at"] is None
+    assert (created["status"], created["invalidated_at"], created["invalid_reason"]) == (
+        "valid",
+        None,
+        None,
+    )
+    assert created["fallback_to_gateway_key"] is False
     assert GOOD not in r.text
     checks = [q for q in rig.upstream.requests if q.path == "/v1/models"]
     assert [(q.method, q.headers["authorization"]) for q in checks] == [("GET", f"Bearer {GOOD}")]
@@ -243,7 +253,8 @@ async def test_the_key_is_not_stored_or_logged_in_clear(
     await _create(gw, "sim", OTHER_GOOD)
     await _create(gw, "claude", values[2])
     await _create(gw, "sim", BAD)
-    await gw.runtime.provider_keys.report_invalid(gw.org_id, "sim", status=401)
+    assert await gw.runtime.provider_keys.lookup(gw.org_id, "sim") == OTHER_GOOD
+    assert await gw.runtime.provider_keys.report_invalid(gw.org_id, "sim", status=401)
     cells = await _all_cells(gw.runtime.storage.db)
     stored = await gw.runtime.storage.db.fetch("SELECT sealed_key FROM provider_keys")
     assert all(str(r["sealed_key"]).startswith("v1:") for r in stored) and len(stored) == 2

@@ -16,8 +16,7 @@ from protocol.webhooks import EVENT_TYPES
 from storage.key_spend import budget_event_data
 from storage.keys import KeyRecord
 from storage.keys import event_data as key_event_data
-from storage.provider_keys import ProviderKeyRecord
-from storage.provider_keys import event_data as provider_key_event_data
+from storage.provider_keys import ProviderKeyRecord, invalid_event_data
 
 
 def _shape(value: Any) -> Any:
@@ -77,10 +76,14 @@ def test_provider_key_and_budget_samples_have_their_producers_fields() -> None:
         key_hint="AbCd",
         created_at=0,
         updated_at=0,
-        last_rejected_at=None,
+        last_rejected_at=1,
+        invalid_since=1,
+        invalid_status=401,
     )
-    real = {**provider_key_event_data(record), "upstream_status": 401}
+    real = invalid_event_data(record)
     assert _shape(SAMPLES["provider_key.invalid"]) == _shape(real)
+    sample = SAMPLES["provider_key.invalid"]
+    assert (sample["status"], sample["reason"]) == (real["status"], real["reason"])
 
     budget = KeyBudget(key_id="key_x", key_name="n", daily_micros=None, monthly_micros=10**8)
     period = month_of(now_us())

@@ -1,6 +1,7 @@
 """The provider keys repository on every backend: one key per (org, provider), replace keeps
 the id, deletion removes the ciphertext, events and the credential epoch move with each change,
-and `provider_key.invalid` is written at most once per key per interval."""
+and a key the provider refused is marked invalid once, with one `provider_key.invalid` event,
+until it is replaced."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ import pytest
 import trio
 
 from storage.errors import UniqueViolation
-from storage.open import Storage
+from storage.open import Storage, open_database
 from storage.orgs import Org
-
-HOUR_US = 3_600_000_000
 
 
 async def _org(storage: Storage, name: str = "acme") -> Org:
@@ -94,48 +93,105 @@ async def test_delete_removes_the_row_and_its_ciphertext(storage: Storage) -> No
     assert (await _event_types(storage, org))[-1] == "provider_key.deleted"
 
 
-async def test_rejection_is_recorded_once_per_interval(storage: Storage) -> None:
+async def _invalid_events(storage: Storage, org: Org) -> list[dict[str, object]]:
+    return [e.data for e in await storage.events.list_for_org(org.id) if e.type.endswith("invalid")]
+
+
+async def test_a_refused_key_is_marked_invalid_once_with_one_event(storage: Storage) -> None:
+    org = await _org(storage)
+    created, _ = await storage.provider_keys.put(
+        org.id, "openai", "v1:BAD", "abcd", fallback_to_gateway_key=True
+    )
+    assert created.invalid_since is None and created.fallback_to_gateway_key
+    used = await storage.provider_keys.for_use(org.id, "openai")
+    assert used is not None and used.invalid_since is None and used.fallback_to_gateway_key
+    repo = storage.provider_keys
+    epoch = await storage.keys.credentials_epoch()
+    marked = await repo.mark_invalid(org.id, used, status=401)
+    assert marked is not None and marked.invalid_since is not None
+    assert marked.invalid_status == 401 and marked.last_rejected_at == marked.invalid_since
+    assert await storage.keys.credentials_epoch() == epoch + 1  # every instance forgets it
+    # Already invalid: nothing more, whatever the status and however often.
+    assert await repo.mark_invalid(org.id, used, status=403) is None
+    assert await repo.mark_invalid(org.id, used, status=401) is None
+    assert await storage.keys.credentials_epoch() == epoch + 1
+    assert await repo.get(org.id, used.id) == marked
+    now_used = await repo.for_use(org.id, "openai")
+    assert now_used is not None and now_used.invalid_since == marked.invalid_since
+    assert now_used.invalid_status == 401 and now_used.fallback_to_gateway_key
+    assert await _invalid_events(storage, org) == [
+        {
+            "provider_key_id": used.id,
+            "provider": "openai",
+            "status": 401,
+            "reason": "The provider answered 401 Unauthorized: it does not know the key"
+            " (revoked, expired or mistyped).",
+        }
+    ]
+
+
+async def test_instances_marking_at_once_write_one_event(
+    storage: Storage, database_url: str
+) -> None:
+    """Separate connection pools (as two gateway instances have), all reporting at once."""
     org = await _org(storage)
     await storage.provider_keys.put(org.id, "openai", "v1:BAD", "abcd")
     used = await storage.provider_keys.for_use(org.id, "openai")
     assert used is not None
-    repo = storage.provider_keys
-    assert await repo.mark_rejected(org.id, used, status=401, interval_us=HOUR_US)
-    assert not await repo.mark_rejected(org.id, used, status=401, interval_us=HOUR_US)
-    record = await repo.get(org.id, used.id)
-    assert record is not None and record.last_rejected_at is not None
-    invalid = [e for e in await storage.events.list_for_org(org.id) if e.type.endswith("invalid")]
-    assert [e.data for e in invalid] == [
-        {
-            "provider_key_id": used.id,
-            "provider": "openai",
-            "key_hint": "abcd",
-            "upstream_status": 401,
-        }
-    ]
-    # Past the interval (here: none), it is written again.
-    assert await repo.mark_rejected(org.id, used, status=403, interval_us=0)
+    results: list[bool] = []
+
+    async def instance() -> None:
+        async with open_database(database_url) as db:
+            other = Storage.over(db)
+
+            async def report() -> None:
+                marked = await other.provider_keys.mark_invalid(org.id, used, status=403)
+                results.append(marked is not None)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(report)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(instance)
+    assert sorted(results) == [False] * 14 + [True]
+    events = await _invalid_events(storage, org)
+    assert [(e["provider_key_id"], e["status"]) for e in events] == [(used.id, 403)]
 
 
-async def test_rejection_of_a_replaced_key_is_not_recorded(storage: Storage) -> None:
+async def test_a_replaced_or_deleted_key_is_not_marked(storage: Storage) -> None:
     org = await _org(storage)
     await storage.provider_keys.put(org.id, "openai", "v1:OLD", "")
     old = await storage.provider_keys.for_use(org.id, "openai")
     assert old is not None
     await storage.provider_keys.put(org.id, "openai", "v1:NEW", "")
-    assert not await storage.provider_keys.mark_rejected(
-        org.id, old, status=401, interval_us=HOUR_US
-    )
+    assert await storage.provider_keys.mark_invalid(org.id, old, status=401) is None
     record = await storage.provider_keys.get(org.id, old.id)
-    assert record is not None and record.last_rejected_at is None
+    assert record is not None and record.invalid_since is None and record.last_rejected_at is None
+    await storage.provider_keys.delete(org.id, old.id)
+    assert await storage.provider_keys.mark_invalid(org.id, old, status=401) is None
+    assert await _invalid_events(storage, org) == []
 
 
-async def test_replacing_clears_the_rejection(storage: Storage) -> None:
+async def test_replacing_makes_it_valid_and_sets_the_fallback_choice(storage: Storage) -> None:
     org = await _org(storage)
     await storage.provider_keys.put(org.id, "openai", "v1:BAD", "")
     used = await storage.provider_keys.for_use(org.id, "openai")
     assert used is not None
-    await storage.provider_keys.mark_rejected(org.id, used, status=401, interval_us=HOUR_US)
-    replaced, _ = await storage.provider_keys.put(org.id, "openai", "v1:GOOD", "")
-    assert replaced.last_rejected_at is None
+    await storage.provider_keys.mark_invalid(org.id, used, status=401)
+    replaced, created = await storage.provider_keys.put(
+        org.id, "openai", "v1:GOOD", "", fallback_to_gateway_key=True
+    )
+    assert not created and replaced.id == used.id
+    assert replaced.invalid_since is None and replaced.invalid_status is None
+    assert replaced.last_rejected_at is None and replaced.fallback_to_gateway_key
     assert (await storage.provider_keys.get(org.id, used.id)) == replaced
+    again = await storage.provider_keys.for_use(org.id, "openai")
+    assert again is not None and again.invalid_since is None and again.sealed_key == "v1:GOOD"
+    # The new value can go bad in turn: a new mark, a second event.
+    assert await storage.provider_keys.mark_invalid(org.id, again, status=403) is not None
+    assert [e["status"] for e in await _invalid_events(storage, org)] == [401, 403]
+    # Replacing without the field turns the fallback off again.
+    plain, _ = await storage.provider_keys.put(org.id, "openai", "v1:THIRD", "")
+    assert not plain.fallback_to_gateway_key
