@@ -209,7 +209,7 @@ class SharedHolds:
     def __init__(
         self, client: coredis.Redis[Any], *, prefix: str = "gw:", timeout_s: float = 1.0
     ) -> None:
-        self._client = client
+        self.client = client  # the instance's Redis (cooldowns are shared on it too)
         self._p = f"{prefix}bill:"
         self._timeout_s = timeout_s
         self.instance = new_id("inst")
@@ -234,11 +234,6 @@ class SharedHolds:
         self._reserving = 0
         self._idle = trio.Event()
         self._idle.set()
-
-    @property
-    def client(self) -> coredis.Redis[Any]:
-        """The instance's Redis client (other sharing across instances uses it too)."""
-        return self._client
 
     def _keys(self, org_id: str, budget: KeyBudget | None, now: int) -> list[str]:
         p = self._p

@@ -105,6 +105,9 @@ def refusal_reason(status: int | None) -> str:
     return f"The provider answered {shown} to a request sent with the key."
 
 
+INVALID_PROVIDER_KEY = "invalid_provider_key"  # the code of the two errors below
+
+
 def rejected_by_provider(provider: str, *, at_use: bool) -> APIError:
     """The client's error when `provider` refuses the org's own key: 400, never 401 — the
     caller's credential for this gateway is fine, and SDKs treat 401 as "your key is wrong"."""
@@ -119,7 +122,7 @@ def rejected_by_provider(provider: str, *, at_use: bool) -> APIError:
         message = f"The provider {provider!r} rejected this key; nothing was stored."
         param = "api_key"
     return APIError(
-        400, message, type="invalid_request_error", code="invalid_provider_key", param=param
+        400, message, type="invalid_request_error", code=INVALID_PROVIDER_KEY, param=param
     )
 
 
@@ -137,5 +140,5 @@ def key_marked_invalid(provider: str, invalid_since: str | None, status: int | N
         " with POST /v1/provider_keys (the new key is checked with the provider first), or"
         " delete it to use the gateway's key.",
         type="invalid_request_error",
-        code="invalid_provider_key",
+        code=INVALID_PROVIDER_KEY,
     )

@@ -22,6 +22,7 @@ one deployment has no route: one attempt, nothing chosen, nothing counted.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache
@@ -35,9 +36,11 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, Route, single_route
 from gateway.provider_keys.gateway_key import missing_variable
 from protocol.errors import APIError, UpstreamError, UpstreamStatusError
+from protocol.provider_keys import INVALID_PROVIDER_KEY
 from services.routing.balancer import Target
 
 T = TypeVar("T")
+log = logging.getLogger("gateway.routing")
 BACKOFF_BASE_S = 0.05
 BACKOFF_MAX_S = 1.0
 _DEPLOYMENT = b"x-gateway-deployment"
@@ -124,6 +127,9 @@ class _Attempts:
                 result = await attempt(deployment)
             except UpstreamError as exc:
                 target.in_flight -= 1
+                if await self._own_key_refused(target, deployment, exc):
+                    self.last = exc
+                    continue  # the org's key there is now marked invalid: another deployment
                 if not self._count_failure(target, exc):
                     raise
                 if not self._may_retry(exc):
@@ -178,7 +184,13 @@ class _Attempts:
         provider = deployment.provider
         if provider.name != self.key_provider:
             self.key_provider = provider.name
-            await call.find_own_key(self.deps.provider_keys, provider.name)
+            try:
+                await call.find_own_key(self.deps.provider_keys, provider.name)
+            except APIError as exc:
+                if exc.code != INVALID_PROVIDER_KEY:
+                    raise
+                self.key_provider = ""  # the org's key there was refused: not this way
+                return False
         if (call.own_key is not None) != self.byok:
             if not self.byok:  # the lookup noted a key this request will not use
                 call.own_key = None
@@ -186,6 +198,31 @@ class _Attempts:
                 self.key_provider = ""
             return False
         return self.byok or missing_variable(provider) is None
+
+    async def _own_key_refused(
+        self, target: Target, deployment: ResolvedModel, exc: UpstreamError
+    ) -> bool:
+        """The provider refused the org's own key (401/403): record it as the boundary would
+        (the key is marked invalid: services/provider_keys.py) and leave the deployment out of
+        this request; True then. The deployment itself is fine (no breaker verdict)."""
+        own = self.call.ctx.own_key
+        if not (
+            isinstance(exc, UpstreamStatusError)
+            and exc.status in (401, 403)
+            and own is not None
+            and exc.provider == deployment.provider.name == own.provider
+        ):
+            return False
+        target.breaker.release()
+        self.refused.add(target.index)
+        self.key_provider = ""  # look the key up again: it is invalid now
+        try:
+            await own.reporter.report_invalid(
+                own.org_id, own.provider, status=exc.status, started=self.call.ctx.started
+            )
+        except Exception:
+            log.exception("recording that %r rejected an organization's key failed", own.provider)
+        return True
 
     def _count_failure(self, target: Target, exc: UpstreamError) -> bool:
         """Record `exc` against the deployment; False when it is the client's own error (the
