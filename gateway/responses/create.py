@@ -23,6 +23,7 @@ from gateway.inference.billing import DEFAULT_OUTPUT_RESERVE_TOKENS
 from gateway.inference.call import Call
 from gateway.inference.chat_upstream import chat_answer, chat_frames
 from gateway.inference.model_registry import ResolvedModel
+from gateway.inference.routing import attempts
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
 from gateway.responses.context import build_context
@@ -59,57 +60,50 @@ class CreateResponse:
         request = parse_responses_request(await http.body())
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability=CAPABILITY)
-        native = is_native(model)
-        if not native:
+        if not is_native(model):
             refuse_builtin_tools(request)
         org_id = call.principal.org_id
         context = await build_context(self._deps.store, org_id, request)
-        if native:
-            chat = native_request(request, context, model=model.upstream)
-        else:
-            chat = encode_chat_request(request, context, model=model.upstream)
-        if len(chat) > MAX_CONTEXT_BYTES:
-            raise invalid_request(
-                "The conversation has grown past what one request may carry; start a new one.",
-                param="previous_response_id",
-                code="context_too_long",
-            )
         created_us = self._deps.store.clock()
         skeleton = _skeleton(request, model.id, created_us)
-        if native:
-            path, upstream_body = "responses", chat
-        elif model.provider.kind == "anthropic":
-            path = "messages"
-            upstream_body = anthropic.to_messages_request(
-                chat, upstream_model=model.upstream, stream=request.stream
-            )
-        else:
-            path, upstream_body = "chat/completions", chat
+        first = _upstream_request(request, context, model)
         try:
             await reserve(
                 call,
                 deps,
                 price,
                 capability=CAPABILITY,
-                prompt_bytes=len(upstream_body),
+                prompt_bytes=len(first[1]),
                 output_tokens=request.max_output_tokens or DEFAULT_OUTPUT_RESERVE_TOKENS,
             )
-            client = deps.upstreams.get(model.provider.name)
-            if request.stream:
+            save = None
+            if request.stream and request.store:
                 save = partial(self._deps.store.save, org_id, input=context, created_us=created_us)
-                await self._stream(
-                    call,
-                    client,
-                    path,
-                    upstream_body,
-                    model,
-                    price,
-                    skeleton,
-                    save if request.store else None,
+
+            async def attempt(deployment: ResolvedModel) -> ResponseObject | dict[str, Any] | None:
+                """One attempt on a deployment (gateway/inference/routing.py)."""
+                path, upstream_body = (
+                    first
+                    if deployment is model
+                    else _upstream_request(request, context, deployment)
                 )
-                final = None
-            else:
-                final = await self._json(call, client, path, upstream_body, model, price, skeleton)
+                charged = price
+                if price is not None and deployment.price is not price:  # one of several
+                    assert deployment.price is not None
+                    charged = deployment.price
+                    if call.bill is not None:
+                        call.bill.reprice(charged)
+                client = deps.upstreams.get(deployment.provider.name)
+                if request.stream:
+                    await self._stream(
+                        call, client, path, upstream_body, deployment, charged, skeleton, save
+                    )
+                    return None
+                return await self._json(
+                    call, client, path, upstream_body, deployment, charged, skeleton
+                )
+
+            final = await attempts(call, deps, model, attempt)
         except BaseException:
             call.close_bill()
             raise
@@ -194,6 +188,31 @@ class CreateResponse:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 call.charge(usage, price)
+
+
+def _upstream_request(
+    request: ResponsesRequest, context: list[dict[str, Any]], model: ResolvedModel
+) -> tuple[str, bytes]:
+    """The path and body the Responses request becomes for `model`'s provider: passed as it is
+    to one that speaks Responses itself, else translated to chat (or to Anthropic's
+    messages). 400 `context_too_long` past what one request may carry."""
+    if is_native(model):
+        chat = native_request(request, context, model=model.upstream)
+    else:
+        chat = encode_chat_request(request, context, model=model.upstream)
+    if len(chat) > MAX_CONTEXT_BYTES:
+        raise invalid_request(
+            "The conversation has grown past what one request may carry; start a new one.",
+            param="previous_response_id",
+            code="context_too_long",
+        )
+    if is_native(model):
+        return "responses", chat
+    if model.provider.kind == "anthropic":
+        return "messages", anthropic.to_messages_request(
+            chat, upstream_model=model.upstream, stream=request.stream
+        )
+    return "chat/completions", chat
 
 
 def is_native(model: ResolvedModel) -> bool:
