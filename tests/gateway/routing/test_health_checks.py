@@ -7,6 +7,7 @@ admin view shows the checker and the health."""
 
 from __future__ import annotations
 
+import base64
 import json
 from functools import partial
 from pathlib import Path
@@ -15,12 +16,12 @@ from typing import Any
 import pytest
 import trio
 
-from bench.upstream import UpstreamServer
+from bench.upstream import UpstreamServer, serve_upstream
 from tests.actors.webhooks.support import verify
-from tests.gateway.routing.rig import Routed, routed_rig
-from tests.harness import OPERATOR_KEY
-from tests.inference import ledger
-from tests.waiting import wait_until
+from tests.gateway.routing.rig import Routed, deployments_toml, routed_rig
+from tests.harness import OPERATOR_KEY, Gateway, gateway_config, running_gateway
+from tests.inference import inference_toml, ledger
+from tests.waiting import wait_until, wait_until_async
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
 MODEL = """
@@ -143,3 +144,38 @@ async def _admin_shows(routed: Routed, *, healthy: bool) -> None:
     [east, west] = tree["services"]["deployments"]["ha"]["deployments"]
     assert (east["healthy"], east["health_checked"]) == (healthy, True)
     assert (west["healthy"], west["health_checked"]) == (True, False)
+
+
+async def test_two_instances_on_one_database_one_checks(database_url: str, tmp_path: Path) -> None:
+    """Both run the actor; only the lease holder sends checks, and both follow the health."""
+    async with trio.open_nursery() as nursery:
+        east: UpstreamServer = await nursery.start(serve_upstream)
+        west: UpstreamServer = await nursery.start(serve_upstream)
+        model = MODEL.replace("unhealthy_after = 2", "unhealthy_after = 3")
+        toml = inference_toml(east.url) + deployments_toml(east.url, west.url, model)
+        config_a = gateway_config(database_url, tmp_path / "a", toml=toml)
+        assert config_a.master_key is not None
+        key = base64.b64encode(config_a.master_key).decode()
+        config_b = gateway_config(database_url, tmp_path / "b", toml=toml, GATEWAY_MASTER_KEY=key)
+        async with running_gateway(config_a) as a, running_gateway(config_b) as b:
+            await wait_until(lambda: pings_to(east) >= 10)
+            first, second = await _checker(a), await _checker(b)
+            assert (first["checking"], second["checking"]) == (True, False)
+            assert second["checks"] == 0 and first["checks"] >= 10
+            assert first["checks"] - 1 <= pings_to(east) <= first["checks"]  # one in flight
+
+            east.behavior.fail_status = 503
+            await wait_until_async(partial(_unhealthy_on, b))  # the other instance follows
+            assert (await _checker(b))["checks"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def _checker(gw: Gateway) -> dict[str, Any]:
+    tree: Any = (await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))).json()
+    [checker] = [n for n in tree["children"] if n["name"] == "health-check:ha:east/sim-a"]
+    statistics: dict[str, Any] = checker["statistics"]
+    return statistics
+
+
+async def _unhealthy_on(gw: Gateway) -> bool:
+    return (await _checker(gw))["healthy"] is False
