@@ -144,6 +144,9 @@ async def _admin_shows(routed: Routed, *, healthy: bool) -> None:
     [east, west] = tree["services"]["deployments"]["ha"]["deployments"]
     assert (east["healthy"], east["health_checked"]) == (healthy, True)
     assert (west["healthy"], west["health_checked"]) == (True, False)
+    metrics = (await gw.client.get("/metrics")).text
+    gauge = 'gateway_deployment_healthy{model="ha",deployment="east/sim-a"}'
+    assert f"{gauge} {1.0 if healthy else 0.0}" in metrics
 
 
 async def test_two_instances_on_one_database_one_checks(database_url: str, tmp_path: Path) -> None:
