@@ -34,6 +34,12 @@ _COMPLETION = {
     "model": "gpt-4o-mini",
     "endpoint": "/v1/chat/completions",
 }
+_ENDPOINT = {
+    "model": "chat-ha",
+    "provider": "east",
+    "upstream": "gpt-4o-mini",
+    "host": "east.example.com",
+}
 _JOB = {
     "job_id": "ftjob_SAMPLE00000000000000000",
     "model": "gpt-4o-mini-2024-07-18",
@@ -72,10 +78,16 @@ SAMPLES: dict[str, dict[str, Any]] = {
         " expired or mistyped).",
     },
     "endpoint.unhealthy": {
-        "endpoint_id": "ep_SAMPLE00000000000000000",
-        "url": "https://models.example.com/v1",
+        **_ENDPOINT,
         "consecutive_failures": 3,
-        "last_error": "connection refused",
+        "last_error": "status 503",
+        "since": "2030-01-15T09:30:00Z",
+    },
+    "endpoint.recovered": {
+        **_ENDPOINT,
+        "consecutive_successes": 2,
+        "unhealthy_since": "2030-01-15T09:30:00Z",
+        "since": "2030-01-15T09:42:10Z",
     },
     "fine_tuning.job.succeeded": {
         **_JOB,

@@ -31,6 +31,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "key.updated",
     "provider_key.invalid",
     "endpoint.unhealthy",
+    "endpoint.recovered",
     "fine_tuning.job.succeeded",
     "fine_tuning.job.failed",
     "guardrail.triggered",

@@ -4,13 +4,17 @@ model-calling area (rerank, audio, images, responses) is given too."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from actors.cooldown_sync import CooldownSync
+from actors.health_check import CheckSpec, HealthCheck
+from actors.webhooks.dispatcher import new_owner
 from gateway.area import Area
 from gateway.core import Core
 from gateway.inference import routes
 from gateway.inference.deployments import register_deployment_gauges
 from gateway.inference.deps import InferenceDeps
+from storage.endpoint_health import Endpoint, EndpointHealthRepository
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,12 +24,14 @@ class InferenceArea(Area):
 
 async def open_inference(core: Core) -> InferenceArea:
     """The area; with Redis and a model of several deployments, its cooldown sharing actor
-    (actors/cooldown_sync.py), on the instance's Redis client."""
+    (actors/cooldown_sync.py), on the instance's Redis client; a health-check actor per
+    deployment with `health_check` (actors/health_check.py)."""
     cooldowns = None
     balancers = [(model_id, route.balancer) for model_id, route in core.registry.routed()]
     if core.shared_holds is not None and balancers:  # with Redis
         cooldowns = CooldownSync(core.shared_holds.client, balancers)
         await core.supervisor.start(cooldowns)
+    await start_health_checks(core)
     deps = InferenceDeps(
         registry=core.registry,
         upstreams=core.upstreams,
@@ -41,3 +47,33 @@ async def open_inference(core: Core) -> InferenceArea:
     return InferenceArea(
         routes=routes.routes(deps), completion_routes=routes.COMPLETION_ROUTES, deps=deps
     )
+
+
+async def start_health_checks(core: Core) -> None:
+    """One actor per health-checked deployment, all with this instance's lease owner id."""
+    repo = EndpointHealthRepository(core.storage.db)
+    owner = new_owner()
+    for model_id, route in core.registry.routed():
+        for deployment, target, check in zip(
+            route.deployments, route.balancer.targets, route.health_checks, strict=False
+        ):
+            if check is None:
+                continue
+            provider = deployment.provider
+            endpoint = Endpoint(
+                model_id,
+                provider.name,
+                deployment.upstream,
+                urlsplit(provider.base_url).hostname or "",
+            )
+            spec = CheckSpec(
+                check.interval_s,
+                check.timeout_s,
+                check.unhealthy_after,
+                check.healthy_after,
+                check.kind,
+            )
+            client = core.upstreams.get(provider.name)
+            await core.supervisor.start(
+                HealthCheck(repo, target, endpoint, client, spec, owner=owner)
+            )

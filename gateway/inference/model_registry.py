@@ -16,6 +16,7 @@ from dataclasses import replace as replace_dc
 from msgspec.structs import replace
 
 from gateway.config import ModelConfig, ProviderConfig
+from gateway.config.routing import HealthCheckConfig
 from protocol.audio.transcription import supports_translation
 from protocol.errors import APIError, invalid_request
 from protocol.price_catalogue import catalogue_price
@@ -69,6 +70,8 @@ class Route:
     retry_on_status: frozenset[int]
     stream_failover: bool
     fallbacks: tuple[str, ...] = ()  # other models' ids, tried in order when these all failed
+    # Each deployment's `health_check` (None: not checked), in `deployments` order.
+    health_checks: tuple[HealthCheckConfig | None, ...] = ()
 
 
 def may_use(names: tuple[str, ...], allowed_models: tuple[str, ...] | None) -> bool:
@@ -189,6 +192,7 @@ class ModelRegistry:
             frozenset(m.retry_on_status),
             m.stream_failover,
             m.fallbacks,
+            tuple(d.health_check for d in m.deployments),
         )
         first = deployments[0]
         return ResolvedModel(
