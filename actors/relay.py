@@ -20,7 +20,7 @@ connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -99,6 +99,32 @@ class OpenAIFrames:
     def finish(self) -> list[bytes]:
         return self._relay.finish()
 
+    # Stream failover: what a continuation needs (see ChunkRelay.resume).
+    def keep_text(self) -> None:
+        self._relay.keep_text = True
+
+    def partial_text(self) -> str:
+        return "".join(self._relay.text)
+
+    def resume(self, carried: int) -> None:
+        self._relay.resume(carried)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a broken stream goes on: another upstream's stream of the same answer."""
+
+    client: UpstreamClient
+    path: str
+    body: bytes
+    api_key: str | None
+    carried: int = 0  # completion tokens the legs before produced (for the client's usage)
+
+
+ResumeFrom = Callable[[UpstreamError], Awaitable["Resume | None"]]
+"""Given the failure that broke a stream after its first byte, the stream to continue it on
+(a continuation request to another deployment), or None: end it with the error frame."""
+
 
 @dataclass
 class RelayStats:
@@ -154,6 +180,7 @@ class StreamRelays:
         api_key: str | None = None,
         on_cut: Callable[[], None] | None = None,
         model: str | None = None,
+        resume: ResumeFrom | None = None,
     ) -> None:
         """Relay `path`'s stream into `sink` under the supervisor; return once it ended.
         Before the upstream's head arrived (2xx), upstream failures are raised (the caller
@@ -161,12 +188,14 @@ class StreamRelays:
         (the client left) cancels the relay, which closes the upstream response, and waits
         for its end. `idle_s`: upstream silence before a keep-alive; `api_key`: the org's own
         key (bring-your-own-key); `on_cut` is called when `cut()` ended the stream; `model`
-        labels the relay in the actor tree."""
+        labels the relay in the actor tree; `resume`: where a stream that broke after its
+        first byte goes on (stream failover), instead of ending with the error frame."""
         self._numbered += 1
         relay = StreamRelay(
             f"stream-{self._numbered}", self, client, path, body, frames, sink, api_key, on_cut
         )
         relay.model = model
+        relay.resume = resume
         relay.idle_s = idle_s
         child = await self.supervisor.start(relay, policy=_TEMPORARY)
         try:
@@ -227,6 +256,8 @@ class StreamRelay(Actor):
         self.api_key = api_key
         self.on_cut = on_cut
         self.model: str | None = None
+        self.resume: ResumeFrom | None = None
+        self.legs = 1  # upstream streams this answer took (more after a failover)
         self.bytes = 0
         self.chunks = 0
         self.began = trio.current_time()
@@ -238,6 +269,7 @@ class StreamRelay(Actor):
             "age_s": round(trio.current_time() - self.began, 3),
             "model": self.model,
             "provider": self.client.name,
+            "legs": self.legs,
         }
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -273,6 +305,8 @@ class StreamRelay(Actor):
         decoder = SSEDecoder()
         batch: list[bytes] = []  # frames not yet written
         cut = False
+        failed: UpstreamError | None = None
+        closing: list[bytes] = []
         self._response = response
         relays._live.add(self)
         try:
@@ -303,11 +337,19 @@ class StreamRelay(Actor):
                     stats.completed += 1
         except UpstreamError as exc:
             stats.broken += 1
-            code = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
-            closing = [*batch, *_broken(frames, _describe(exc), code)]
+            failed = exc
         finally:
             relays._live.discard(self)
             self._response = None
+        if failed is not None and not cut:
+            if batch and not await self._write(batch):
+                return False
+            batch = []
+            continued = await self._continue(failed)
+            if continued is not None:
+                return continued
+            code = "upstream_timeout" if isinstance(failed, UpstreamTimeout) else "upstream_error"
+            closing = _broken(frames, _describe(failed), code)
         if cut:
             stats.cut += 1
             closing = [
@@ -317,6 +359,28 @@ class StreamRelay(Actor):
             if self.on_cut is not None:
                 self.on_cut()  # before the end leaves: the request is known as cut when it ends
         return not closing or await self._write(closing)
+
+    async def _continue(self, failed: UpstreamError) -> bool | None:
+        """Go on with the stream that broke (`failed`) from where `resume` says, until one
+        continuation ends; its result (False: the client left), or None when there is none
+        (the caller ends the stream with the error frame)."""
+        frames = self.frames
+        while self.resume is not None and isinstance(frames, OpenAIFrames):
+            there = await self.resume(failed)
+            if there is None:
+                return None
+            self.client = there.client
+            self.legs += 1
+            frames.resume(there.carried)
+            try:
+                async with there.client.stream(
+                    there.path, there.body, api_key=there.api_key
+                ) as response:
+                    return await self._run(response)
+            except UpstreamError as exc:  # the continuation failed before its first byte
+                self.relays.stats.broken += 1
+                failed = exc
+        return None
 
     def interrupt(self) -> None:
         """`cut()`: stop waiting for the upstream (a write to the client is not interrupted:

@@ -102,6 +102,36 @@ def parse_chat_request(body: bytes) -> ParsedChat:
     return ParsedChat(request, fields)
 
 
+CONTINUE_INSTRUCTION = (
+    "Your previous message was cut off. Continue it exactly where it stopped, without"
+    " repeating any of it and without any preamble."
+)
+
+
+def continuation_request(
+    parsed: ParsedChat, *, model: str, partial: str, produced: int, native: bool
+) -> bytes:
+    """The request that continues a streamed answer that broke after `partial` (its text so
+    far, `produced` tokens of it) on another upstream (stream failover): the conversation
+    with `partial` as the assistant's last message, which an upstream that can
+    (`native`: vLLM's `continue_final_message`) goes on with, and any other is asked to go on
+    with (`CONTINUE_INSTRUCTION`); what is left of `max_tokens` / `max_completion_tokens`."""
+    fields = dict(parsed.fields)
+    messages = msgspec.json.decode(fields["messages"])
+    messages.append({"role": "assistant", "content": partial})
+    if native:
+        fields["continue_final_message"] = msgspec.Raw(b"true")
+        fields["add_generation_prompt"] = msgspec.Raw(b"false")
+    else:
+        messages.append({"role": "user", "content": CONTINUE_INSTRUCTION})
+    fields["messages"] = msgspec.Raw(msgspec.json.encode(messages))
+    for name in ("max_completion_tokens", "max_tokens"):
+        limit = getattr(parsed.request, name)
+        if limit is not None:
+            fields[name] = msgspec.Raw(msgspec.json.encode(max(1, limit - produced)))
+    return _rewrite(fields, model=model, force_include_usage=True)
+
+
 def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> bytes:
     """`body` with the top-level `model` replaced, `metadata.idempotency_key` removed (the
     gateway's own), and, if asked and the request streams, `stream_options.include_usage` set
@@ -222,6 +252,13 @@ class ChunkRelay:
         self.chunks = 0
         self._roles: set[int] = set()
         self._closed = False
+        # Stream failover (docs/routing.md): the text of choice 0 sent so far, kept only when
+        # a broken stream may be continued (`keep_text`), and after `resume` the tail of it
+        # that a continuation's first words may repeat (stripped once).
+        self.keep_text = False
+        self.text: list[str] = []
+        self._overlap: str | None = None
+        self._carried = 0
 
     def feed(self, data: str) -> list[bytes]:
         """One upstream SSE `data` payload in, the frames for the client out."""
@@ -258,6 +295,18 @@ class ChunkRelay:
         self.chunks += 1
         return [data_event(_encode(chunk))]
 
+    def resume(self, carried: int) -> None:
+        """The stream broke; the next chunks continue it from another upstream: same `id`,
+        `created`, `model`, no second role, and the first words repeated from what was sent
+        already dropped. `usage` becomes the continuation's as reported (the caller bills
+        each leg); the usage chunk the client gets counts the `carried` completion tokens of
+        the legs before in `completion_tokens`, and not in `prompt_tokens` (the continuation's
+        prompt holds them)."""
+        self._overlap = "".join(self.text)[-_OVERLAP_CHARS:]
+        self._carried = carried
+        self.usage = None
+        self.saw_done = False
+
     def finish(self) -> list[bytes]:
         """The closing frames: the usage chunk (if asked and known), then `DONE`. Once only."""
         if self._closed:
@@ -266,7 +315,11 @@ class ChunkRelay:
         if self.id is None:
             self._start(None, None)
         assert self.id is not None
-        return closing_frames(self.id, self.created, self.model, self.usage, self.include_usage)
+        usage = self.usage
+        if usage is not None and self._carried:
+            prompt = max(0, usage.prompt_tokens - self._carried)
+            usage = Usage.of(prompt, usage.completion_tokens + self._carried)
+        return closing_frames(self.id, self.created, self.model, usage, self.include_usage)
 
     def _start(self, upstream_id: object, created: object) -> None:
         self.id = upstream_id if type(upstream_id) is str and upstream_id else new_completion_id()
@@ -289,6 +342,13 @@ class ChunkRelay:
                 delta.pop("role", None)
                 # role leads the delta, as OpenAI sends it
                 delta = choice["delta"] = {"role": "assistant", **delta}
+        if self.keep_text and index == 0:
+            content = delta.get("content")
+            if type(content) is str and content:
+                if self._overlap is not None:
+                    content = delta["content"] = _without_overlap(self._overlap, content)
+                    self._overlap = None
+                self.text.append(content)
         if "reasoning_content" in delta:
             reasoning = delta.pop("reasoning_content")
             if delta.get("reasoning") is None and reasoning is not None:
@@ -306,6 +366,19 @@ class ChunkRelay:
             f"ChunkRelay(id={self.id!r}, chunks={self.chunks}, finished={self.finished}, "
             f"saw_done={self.saw_done}, usage={self.usage!r})"
         )
+
+
+_OVERLAP_CHARS = 200  # how far back a continuation's repeated words are looked for
+_MIN_OVERLAP = 8  # shorter matches are taken as chance, not repetition
+
+
+def _without_overlap(sent: str, new: str) -> str:
+    """`new` less its longest start (at least `_MIN_OVERLAP` characters) that `sent` ends with:
+    a continuation that repeated the last words already sent."""
+    for k in range(min(len(sent), len(new)), _MIN_OVERLAP - 1, -1):
+        if sent.endswith(new[:k]):
+            return new[k:]
+    return new
 
 
 def _error_text(error: object) -> str:

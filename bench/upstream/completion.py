@@ -45,17 +45,22 @@ class Completion:
         return "".join(self.reasoning)
 
 
-def plan_completion(behavior: UpstreamBehavior, max_tokens: int | None) -> Completion:
-    """Decide the answer to one request; `max_tokens` below completion_tokens truncates."""
+def plan_completion(
+    behavior: UpstreamBehavior, max_tokens: int | None, *, after: int = 0
+) -> Completion:
+    """Decide the answer to one request; `max_tokens` below completion_tokens truncates.
+    `after`: the words of an assistant message to continue (vLLM's `continue_final_message`):
+    the answer goes on from word `after` ("tok5 ..."), as if it had said those already."""
     per_chunk = max(1, behavior.tokens_per_chunk)
     reasoning = _fragments("think", REASONING_WORDS, per_chunk) if behavior.reasoning else ()
     if behavior.tool_call:
         return Completion((), reasoning, True, "tool_calls", TOOL_CALL_TOKENS)
-    n = max(0, behavior.completion_tokens)
+    n = max(0, behavior.completion_tokens - after)
     finish: Finish = "stop"
     if max_tokens is not None and max_tokens < n:
         n, finish = max_tokens, "length"
-    return Completion(_fragments("tok", n, per_chunk), reasoning, False, finish, n)
+    fragments = _fragments("tok", after + n, per_chunk, after)
+    return Completion(fragments, reasoning, False, finish, n)
 
 
 def count_words(texts: Iterable[str]) -> int:
@@ -63,9 +68,9 @@ def count_words(texts: Iterable[str]) -> int:
 
 
 @lru_cache(maxsize=512)
-def _fragments(stem: str, n: int, per_chunk: int) -> tuple[str, ...]:
-    words = [f"{stem}{i} " for i in range(n)]
-    return tuple("".join(words[i : i + per_chunk]) for i in range(0, n, per_chunk))
+def _fragments(stem: str, n: int, per_chunk: int, start: int = 0) -> tuple[str, ...]:
+    words = [f"{stem}{i} " for i in range(start, n)]
+    return tuple("".join(words[i : i + per_chunk]) for i in range(0, len(words), per_chunk))
 
 
 _PROCESS_TAG = secrets.token_hex(4)

@@ -54,6 +54,7 @@ class _ChatRequest(msgspec.Struct):
     stream_options: _StreamOptions | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
+    continue_final_message: bool = False  # vLLM's: go on with the last (assistant) message
 
 
 class _EmbeddingsRequest(msgspec.Struct):
@@ -126,7 +127,10 @@ def chat_completions(request: RecordedRequest, behavior: UpstreamBehavior) -> Re
         return error_reply(400, "max_tokens must be at least 1", param="max_tokens")
     prompt = count_words(_text(m.content) for m in chat.messages)
     prompt += PER_MESSAGE_TOKENS * len(chat.messages)
-    plan = plan_completion(behavior, limit)
+    after = 0
+    if chat.continue_final_message and chat.messages and chat.messages[-1].role == "assistant":
+        after = count_words([_text(chat.messages[-1].content)])
+    plan = plan_completion(behavior, limit, after=after)
     usage = {
         "prompt_tokens": prompt,
         "completion_tokens": plan.completion_tokens,

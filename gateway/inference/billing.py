@@ -6,6 +6,7 @@ Requests sent with the org's own provider key (bring-your-own-key) hold nothing 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
 
@@ -127,6 +128,32 @@ class Bill:
     def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
         assert isinstance(self._pricing, Pricing)
         micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
+        return self._settle(ctx, micros, key_id)
+
+    def charge_legs(
+        self,
+        ctx: RequestContext,
+        legs: Sequence[tuple[Usage, ModelConfig | None]],
+        key_id: str | None,
+    ) -> int:
+        """As `charge`, for a stream that went on at other deployments after breaking (stream
+        failover): each leg at its own deployment's price, settled as one charge. A bill
+        without a plan (the org's own key: free) charges the legs as one usage at its pricing."""
+        assert isinstance(self._pricing, Pricing)
+        plan = self._plan
+        if plan is None or any(price is None for _, price in legs):
+            whole = Usage(
+                prompt_tokens=sum(u.prompt_tokens for u, _ in legs),
+                completion_tokens=sum(u.completion_tokens for u, _ in legs),
+            )
+            return self._settle(
+                ctx, self._pricing.charge(whole.prompt_tokens, whole.completion_tokens), key_id
+            )
+        micros = sum(
+            pricing_for(price, plan).charge(u.prompt_tokens, u.completion_tokens)
+            for u, price in legs
+            if price is not None
+        )
         return self._settle(ctx, micros, key_id)
 
     def charge_units(self, ctx: RequestContext, units: Decimal, key_id: str | None) -> int:

@@ -5,6 +5,7 @@ rate limit, by the request layer before the handler ran."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Protocol
 
@@ -14,6 +15,7 @@ from gateway.inference.model_registry import ResolvedModel, require_allowed
 from gateway.web.context import InvalidKeyReporter, OwnKey
 from gateway.web.request import Request
 from gateway.web.responses import send_json
+from protocol.errors import UpstreamError
 from protocol.usage import Usage
 from services.principal import Principal
 
@@ -25,7 +27,7 @@ class OwnKeys(InvalidKeyReporter, Protocol):
 
 
 class Call:
-    __slots__ = ("bill", "ctx", "first_byte_at", "own_key", "principal", "request")
+    __slots__ = ("bill", "ctx", "failover", "first_byte_at", "own_key", "principal", "request")
 
     def __init__(self, request: Request) -> None:
         assert request.principal is not None  # every inference route needs a credential
@@ -39,6 +41,9 @@ class Call:
         # When a streamed answer's first byte went to the client (Trio's clock), for routing's
         # time-to-first-byte average (gateway/inference/routing.py).
         self.first_byte_at: float | None = None
+        # Set by routing for a model of several deployments: given what broke a stream after
+        # its first byte, the deployment to continue it on, or None (stream failover).
+        self.failover: Callable[[UpstreamError], Awaitable[ResolvedModel | None]] | None = None
 
     async def find_own_key(self, keys: OwnKeys, provider: str) -> str | None:
         """The org's own key for `provider`, if it has one (then `own_key`, and noted on the
@@ -68,6 +73,22 @@ class Call:
         else:  # billing off: the provider cost, for the log
             assert price is not None
             self.ctx.cost_usd = float(provider_cost(price, usage))
+
+    def charge_legs(self, legs: list[tuple[Usage, ModelConfig | None]]) -> None:
+        """As `charge`, for a stream that went on at other deployments after breaking: each
+        leg's usage at its deployment's price (stream failover, docs/routing.md)."""
+        self.ctx.prompt_tokens = sum(usage.prompt_tokens for usage, _ in legs)
+        self.ctx.completion_tokens = sum(usage.completion_tokens for usage, _ in legs)
+        if self.bill is not None:
+            key_id = self.principal.key_id
+            self.ctx.cost_usd = self.bill.charge_legs(self.ctx, legs, key_id) / 1_000_000
+            self.bill = None
+        elif self.own_key is not None:
+            self.ctx.cost_usd = 0.0
+        else:  # billing off: the provider cost, for the log
+            self.ctx.cost_usd = float(
+                sum(provider_cost(price, usage) for usage, price in legs if price is not None)
+            )
 
     def charge_units(self, units: Decimal, unit_price: Decimal | None) -> None:
         """As `charge`, for a request priced per unit (`unit_price` None only with the org's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from actors.relay import FrameSource, OpenAIFrames, Resume
 from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
 from gateway.inference import idempotency
@@ -21,7 +22,8 @@ from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
 from gateway.web.request import Request
 from protocol import anthropic
-from protocol.openai_chat import ChatRequest, ParsedChat, parse_chat_request
+from protocol.errors import UpstreamError
+from protocol.openai_chat import ParsedChat, continuation_request, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage
 from storage.idempotency import COMPLETED, STREAMED
@@ -106,7 +108,7 @@ class ChatCompletions:
             path = "chat/completions"
             upstream_body = parsed.rewrite(model=model.upstream, force_include_usage=request.stream)
         if request.stream:
-            await self._stream(call, client, path, upstream_body, request, model, price, len(body))
+            await self._stream(call, client, path, upstream_body, parsed, model, price, len(body))
             return None
         return await self._json(call, client, path, upstream_body, model, price)
 
@@ -131,26 +133,110 @@ class ChatCompletions:
         client: UpstreamClient,
         path: str,
         upstream_body: bytes,
-        request: ChatRequest,
+        parsed: ParsedChat,
         model: ResolvedModel,
         price: ModelConfig | None,
         body_size: int,
     ) -> None:
         deps = self._deps
+        request = parsed.request
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         frames = chat_frames(model, include_usage=include_usage)
         http = call.request
         sink = ClientStream(http)
+        failover = _Failover(call, deps, parsed, frames, sink, price, body_size)
         try:
-            await relay_to_client(call, deps, client, path, upstream_body, frames, sink)
+            await relay_to_client(
+                call,
+                deps,
+                client,
+                path,
+                upstream_body,
+                frames,
+                sink,
+                resume=failover.resume if failover.possible else None,
+            )
         finally:
             call.first_byte_at = sink.opened_at
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, or the stream broke).
             usage = frames.usage or Usage(
-                prompt_tokens=estimate_tokens(body_size),
-                completion_tokens=max(0, sink.frames_sent - 1),  # less the role chunk
+                prompt_tokens=estimate_tokens(failover.prompt_bytes),
+                completion_tokens=max(0, sink.frames_sent - failover.frames_before - 1),
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
-                call.charge(usage, price)
+                if failover.legs:  # each leg at its deployment's price
+                    call.charge_legs([*failover.legs, (usage, failover.price)])
+                else:
+                    call.charge(usage, price)
+
+
+class _Failover:
+    """A chat stream's continuation on another deployment when it breaks after its first
+    byte (docs/routing.md, "Stream failover"): the deployment routing gives
+    (`call.failover`), the continuation request (protocol/openai_chat.continuation_request),
+    and the legs so far for billing. Only for an OpenAI-format stream of one choice without
+    tool calls (a continuation cannot rebuild a half-sent tool call)."""
+
+    def __init__(
+        self,
+        call: Call,
+        deps: InferenceDeps,
+        parsed: ParsedChat,
+        frames: FrameSource,
+        sink: ClientStream,
+        price: ModelConfig | None,
+        body_size: int,
+    ) -> None:
+        self.call = call
+        self.deps = deps
+        self.parsed = parsed
+        self.frames = frames
+        self.sink = sink
+        self.price = price  # the current leg's
+        self.prompt_bytes = body_size  # the current leg's request
+        self.frames_before = 0  # frames sent before the current leg
+        self.legs: list[tuple[Usage, ModelConfig | None]] = []  # the broken legs
+        fields = parsed.fields
+        self.possible = (
+            call.failover is not None
+            and isinstance(frames, OpenAIFrames)
+            and bytes(fields.get("n", b"1")) == b"1"
+            and "tools" not in fields
+            and "functions" not in fields
+        )
+        if self.possible:
+            assert isinstance(frames, OpenAIFrames)
+            frames.keep_text()
+
+    async def resume(self, failed: UpstreamError) -> Resume | None:
+        call = self.call
+        assert call.failover is not None and isinstance(self.frames, OpenAIFrames)
+        deployment = await call.failover(failed)
+        if deployment is None:
+            return None
+        sent = self.sink.frames_sent - self.frames_before - 1  # less its opening (role) chunk
+        self.legs.append(
+            (
+                Usage(
+                    prompt_tokens=estimate_tokens(self.prompt_bytes),
+                    completion_tokens=max(0, sent),
+                    total_tokens=estimate_tokens(self.prompt_bytes) + max(0, sent),
+                ),
+                self.price,
+            )
+        )
+        produced = sum(usage.completion_tokens for usage, _ in self.legs)
+        body = continuation_request(
+            self.parsed,
+            model=deployment.upstream,
+            partial=self.frames.partial_text(),
+            produced=produced,
+            native=deployment.provider.kind == "vllm",
+        )
+        self.price = None if self.price is None else deployment.price
+        self.prompt_bytes = len(body)
+        self.frames_before = self.sink.frames_sent
+        client = self.deps.upstreams.get(deployment.provider.name)
+        return Resume(client, "chat/completions", body, call.own_key, carried=produced)

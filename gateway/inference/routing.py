@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TypeVar
 
 import trio
@@ -88,6 +88,8 @@ class _Attempts:
         self.route = self.last_route = first
         self.tried: set[int] = set()
         self.refused: set[int] = set()  # deployments this request may not use (keys)
+        self.current: Target  # the deployment the attempt is on now (set per attempt)
+        self.broke = False  # its stream broke and was not continued
 
     async def run(self, attempt: Callable[[ResolvedModel], Awaitable[T]]) -> T:
         deadline = trio.current_time() + self.budget_s
@@ -123,9 +125,11 @@ class _Attempts:
             _answered_by(self.call, deployment, self.made)
             began = trio.current_time()
             target.started(began)
+            self.current, self.broke = target, False
+            self.call.failover = partial(self._fail_over, deadline)
             try:
                 result = await attempt(deployment)
-            except UpstreamError as exc:
+            except UpstreamError as exc:  # before the answer began: the first deployment's
                 target.in_flight -= 1
                 if await self._own_key_refused(target, deployment, exc):
                     self.last = exc
@@ -139,14 +143,52 @@ class _Attempts:
                     await self._pause(deadline)
                 continue
             except BaseException:
-                target.in_flight -= 1
-                target.breaker.release()  # no verdict on the deployment
+                self.current.in_flight -= 1
+                self.current.breaker.release()  # no verdict on the deployment
                 raise
-            target.in_flight -= 1
-            target.breaker.success()
-            target.answered((self.call.first_byte_at or trio.current_time()) - began)
+            last = self.current  # the last a broken stream went on with
+            last.in_flight -= 1
+            if not self.broke:  # (a stream that ended broken was counted as it broke)
+                last.breaker.success()
+                if last is target:  # its first byte, not a continuation's
+                    last.answered((self.call.first_byte_at or trio.current_time()) - began)
             return result
         raise _GaveUp
+
+    async def _fail_over(self, deadline: float, exc: UpstreamError) -> ResolvedModel | None:
+        """A stream broke after its first byte (`exc`) on the current deployment: counted
+        against it; the deployment of the same model to continue on (usable, not tried yet,
+        speaking the OpenAI wire format, within `max_attempts` and the budget), or None when
+        there is none or the model does not allow it (`stream_failover`)."""
+        broken = self.current
+        self._tripped(broken, broken.breaker.failure(trio.current_time()))
+        self.broke, self.last = True, exc
+        route = self.route
+        while route.stream_failover and self.made < self.max_attempts:
+            now = trio.current_time()
+            if now >= deadline:
+                return None
+            order = [
+                t
+                for t in route.balancer.order(now)
+                if t.index not in self.tried and t.index not in self.refused
+            ]
+            if not order:
+                return None
+            target = order[0]
+            deployment = route.deployments[target.index]
+            if deployment.provider.kind == "anthropic" or not await self._may_use(deployment):
+                self.refused.add(target.index)
+                continue
+            self.made += 1
+            self.tried.add(target.index)
+            broken.in_flight -= 1
+            target.started(now)
+            self.current, self.broke = target, False
+            ctx = self.call.ctx  # the answer's headers left already: the access log says it
+            ctx.deployment, ctx.attempts = deployment.deployment, self.made
+            return deployment
+        return None
 
     async def _next(self, deadline: float) -> Target | None:
         """The deployment to try next: one not tried yet if any is usable; when none is usable

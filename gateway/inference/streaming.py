@@ -18,6 +18,7 @@ from actors.relay import (
     SHUTDOWN_MESSAGE,
     SHUTDOWN_TYPE,
     FrameSource,
+    ResumeFrom,
 )
 from actors.upstream import UpstreamClient
 from gateway.inference.call import Call
@@ -37,12 +38,14 @@ async def relay_to_client(
     sink: ClientStream,
     *,
     before_last: Callable[[], Awaitable[None]] | None = None,
+    resume: ResumeFrom | None = None,
 ) -> None:
     """Stream `path`'s answer to the client through `frames` into `sink` (the caller's, so
     that `sink.frames_sent` stays readable for accounting whatever happens). With
     `before_last` (and a sink that holds its last write), the stream's closing frames wait
     until it has run. Raises the UpstreamError of an upstream that failed before the stream
-    started (the boundary answers it as JSON)."""
+    started (the boundary answers it as JSON); `resume`: where a stream that broke after its
+    first byte goes on (stream failover)."""
     http = call.request
     failure: UpstreamError | None = None
     async with trio.open_nursery() as streams:
@@ -58,6 +61,7 @@ async def relay_to_client(
                 api_key=call.own_key,
                 on_cut=partial(_cut, call.ctx),
                 model=call.ctx.model,
+                resume=resume,
             )
         except UpstreamError as exc:
             if http.started:

@@ -18,14 +18,14 @@ from tests.inference import UPSTREAM_KEY, Rig, inference_rig
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-def deployments_toml(east_url: str, west_url: str, model: str) -> str:
+def deployments_toml(east_url: str, west_url: str, model: str, kind: str = "openai") -> str:
     """Providers `east` and `west` and the `[[models]]` table `model` (its routing fields and
     deployments, written by the test)."""
     providers = "".join(
         f"""
 [[providers]]
 name = "{name}"
-kind = "openai"
+kind = "{kind}"
 base_url = "{url}/v1"
 api_key = "{UPSTREAM_KEY}"
 read_timeout_s = 0.5
@@ -50,13 +50,15 @@ class Routed:
 
 
 @asynccontextmanager
-async def routed_rig(database_url: str, tmp_path: Path, model: str) -> AsyncIterator[Routed]:
+async def routed_rig(
+    database_url: str, tmp_path: Path, model: str, *, kind: str = "openai"
+) -> AsyncIterator[Routed]:
     async with trio.open_nursery() as nursery:
         west: UpstreamServer = await nursery.start(serve_upstream)
         async with inference_rig(
             database_url,
             tmp_path,
-            extra_toml=lambda east_url: deployments_toml(east_url, west.url, model),
+            extra_toml=lambda east_url: deployments_toml(east_url, west.url, model, kind),
         ) as rig:
             yield Routed(rig, rig.upstream, west)
         nursery.cancel_scope.cancel()
