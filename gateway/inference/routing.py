@@ -148,6 +148,8 @@ class _Attempts:
                 raise
             last = self.current  # the last a broken stream went on with
             last.in_flight -= 1
+            ctx = self.call.ctx
+            last.used_tokens((ctx.prompt_tokens or 0) + (ctx.completion_tokens or 0))  # its tpm
             if not self.broke:  # (a stream that ended broken was counted as it broke)
                 last.breaker.success()
                 if last is target:  # its first byte, not a continuation's

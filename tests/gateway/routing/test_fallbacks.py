@@ -98,3 +98,21 @@ async def test_a_configured_fallback_the_key_may_not_use_is_skipped(
         r = await routed.rig.chat({"model": "ha", "messages": MESSAGES}, key=limited.json()["key"])
         assert r.status_code == 502  # backup was not tried: this key may not use it
         assert routed.served() == (3, 0)  # east alone, three times (no fallback left)
+
+
+async def test_a_keys_budget_holds_for_the_fallbacks_too(database_url: str, tmp_path: Path) -> None:
+    async with routed_rig(
+        database_url, tmp_path, HA.replace('fallbacks = ["backup"]', "")
+    ) as routed:
+        gw = routed.rig.gateway
+        created = await gw.client.post(
+            "/v1/keys", json={"name": "capped", "daily_budget_usd": 0.005}, headers=gw.auth()
+        )
+        key = created.json()["key"]
+        body = {"model": "ha", "messages": MESSAGES, "max_tokens": 1000}
+        r = await routed.rig.chat(body, key=key)  # ha's hold: ~$0.002, within $0.005
+        assert r.status_code == 200
+        # With backup ($10 / $20 per Mtok) as a fallback the hold is backup's: ~$0.02.
+        r = await routed.rig.chat({**body, "fallbacks": ["backup"]}, key=key)
+        assert r.status_code == 402 and error_of(r)["code"] == "budget_exceeded"
+        assert routed.served() == (1, 0)  # refused before any call

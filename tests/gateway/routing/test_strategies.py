@@ -55,3 +55,17 @@ async def test_latency_prefers_the_faster_deployment_after_warm_up(
             r = await routed.chat()
             seen[r.headers["x-gateway-deployment"]] += 1
         assert seen["east/sim-a"] >= 90
+
+
+async def test_a_deployment_over_its_own_tpm_rests_until_the_next_minute(
+    database_url: str, tmp_path: Path
+) -> None:
+    model = MODEL.format(strategy="priority", west_priority=1).replace(
+        'upstream = "sim-a"', 'upstream = "sim-a"\ntpm = 40'
+    )
+    async with routed_rig(database_url, tmp_path, model) as routed:
+        served = []
+        for _ in range(4):  # each request is 24 tokens (4 in, 20 out): east is past 40 after two
+            r = await routed.chat()
+            served.append(r.headers["x-gateway-deployment"])
+        assert served[:2] == ["east/sim-a"] * 2 and served[2:] == ["west/sim-b"] * 2
