@@ -14,6 +14,7 @@ from tests.gateway.keys_client import error_of
 from tests.gateway.routing.rig import Routed, routed_rig
 from tests.harness import OPERATOR_KEY
 from tests.inference import chunks, ledger
+from tests.waiting import wait_until_async
 
 TWO = """
 [[models]]
@@ -163,3 +164,27 @@ async def test_the_operator_sees_a_resting_deployment(routed: Routed) -> None:
     metrics = (await gw.client.get("/metrics")).text
     assert 'gateway_deployment_state{model="ha",deployment="west/sim-b"} 2' in metrics
     assert 'gateway_deployment_state{model="ha",deployment="east/sim-a"} 0' in metrics
+
+
+async def test_a_rested_deployment_is_probed_back_into_rotation(
+    database_url: str, tmp_path: Path
+) -> None:
+    model = TWO.format(extra="cooldown_s = 0.2")
+    async with routed_rig(database_url, tmp_path, model) as routed:
+        routed.west.behavior.fail_status = 500
+        while len(routed.west.requests) < 3:  # three failures trip it
+            tripped_at = trio.current_time()  # (during the request that made the third)
+            assert (await routed.chat()).status_code == 200
+        routed.west.behavior.fail_status = None  # it recovers while resting
+        answered: list[str] = []
+
+        async def probed() -> bool:
+            r = await routed.chat()
+            answered.append(r.headers["x-gateway-deployment"])
+            return answered[-1] == "west/sim-b"
+
+        await wait_until_async(probed)
+        assert trio.current_time() - tripped_at >= 0.2  # not before its rest ended
+        for _ in range(4):  # closed again: weighted 1:1 once more
+            answered.append((await routed.chat()).headers["x-gateway-deployment"])
+        assert answered[-4:].count("west/sim-b") == 2
