@@ -9,9 +9,11 @@ close storage, exit 0. A second signal cancels at once.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -25,6 +27,7 @@ from gateway.app import create_app
 from gateway.config import Config, ServerConfig
 from gateway.operations.routes import ALONE, Worker
 from gateway.runtime import Runtime, open_runtime
+from gateway.server.asgi import ASGIApp
 from gateway.server.http1 import Http1Server
 from gateway.server.stream_cutoff import cut_streams_when_late
 from gateway.web import Routes
@@ -78,40 +81,71 @@ async def serve_instance(
 ) -> None:
     """Run one instance until `shutdown_trigger` returns, then drain and stop. One of several
     workers binds its own SO_REUSEPORT socket once its runtime is open (server/workers.py)."""
-    server = config.server
     async with open_runtime(config) as runtime:
         app = create_app(runtime, extra_routes, worker)
-        shutdown_trigger = partial(_then_draining, shutdown_trigger, runtime)
-        if sockets is None and worker.count > 1:
-            sockets = reuseport_sockets(server, worker.count)
-        drain_began = trio.Event()
-
-        async def trigger() -> None:
-            await shutdown_trigger()
-            drain_began.set()
-
-        async with trio.open_nursery() as nursery:
-            if server.http_server == "hypercorn":
-                run = partial(
-                    worker_serve,
-                    ASGIWrapper(app),
-                    hypercorn_config(server),
-                    sockets=sockets,
-                    shutdown_trigger=trigger,
-                )
-            else:
-                http1 = Http1Server(app, server)
-                run = partial(http1.serve, await _listeners(server, sockets), trigger)
-
-            async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
-                await run(task_status=task_status)
-                nursery.cancel_scope.cancel()  # drained: no stream left to cut
-
-            nursery.start_soon(
-                cut_streams_when_late, drain_began, runtime.relays, server.graceful_timeout_s
+        with _startup_frozen():
+            await _serve(
+                runtime, app, config.server, shutdown_trigger, sockets, worker, task_status
             )
-            urls = await nursery.start(serving)
-            task_status.started(Served(urls, runtime))
+
+
+@contextmanager
+def _startup_frozen() -> Iterator[None]:
+    """What exists once the instance is open lives as long as it does (modules, config,
+    routes, actors, pools): moved out of the collector's reach (`gc.freeze`), so that its full
+    collections walk only what requests make — they were 3-4 % of a request's CPU and its p99
+    latency (docs/decisions.md, "The collector and the objects of start-up"). Given back
+    (`gc.unfreeze`) when the instance stops: a process that runs several (the tests) must not
+    keep each one's leftovers for good. (No `gc.collect()` first: it made each start of a
+    gateway in the tests 0.1 s slower; start-up's own garbage is little, and freed at the
+    stop.)"""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+async def _serve(
+    runtime: Runtime,
+    app: ASGIApp,
+    server: ServerConfig,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    sockets: Sockets | None,
+    worker: Worker,
+    task_status: trio.TaskStatus[Served],
+) -> None:
+    shutdown_trigger = partial(_then_draining, shutdown_trigger, runtime)
+    if sockets is None and worker.count > 1:
+        sockets = reuseport_sockets(server, worker.count)
+    drain_began = trio.Event()
+
+    async def trigger() -> None:
+        await shutdown_trigger()
+        drain_began.set()
+
+    async with trio.open_nursery() as nursery:
+        if server.http_server == "hypercorn":
+            run = partial(
+                worker_serve,
+                ASGIWrapper(app),
+                hypercorn_config(server),
+                sockets=sockets,
+                shutdown_trigger=trigger,
+            )
+        else:
+            http1 = Http1Server(app, server)
+            run = partial(http1.serve, await _listeners(server, sockets), trigger)
+
+        async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+            await run(task_status=task_status)
+            nursery.cancel_scope.cancel()  # drained: no stream left to cut
+
+        nursery.start_soon(
+            cut_streams_when_late, drain_began, runtime.relays, server.graceful_timeout_s
+        )
+        urls = await nursery.start(serving)
+        task_status.started(Served(urls, runtime))
 
 
 async def _then_draining(trigger: Callable[[], Awaitable[None]], runtime: Runtime) -> None:
