@@ -193,18 +193,29 @@ async def two_instances(
     """Two gateways on one database and one Redis (same master key), one simulated upstream."""
     async with trio.open_nursery() as nursery:
         upstream = await nursery.start(serve_upstream)
-        toml = inference_toml(upstream.url)
-        config_a = gateway_config(
-            database_url, tmp_path / "a", toml=toml, GATEWAY_REDIS_URL=redis_url
-        )
-        assert config_a.master_key is not None
-        config_b = gateway_config(
-            database_url,
-            tmp_path / "b",
-            toml=toml,
-            GATEWAY_REDIS_URL=redis_url,
-            GATEWAY_MASTER_KEY=base64.b64encode(config_a.master_key).decode(),
-        )
-        async with running_gateway(config_a) as a, running_gateway(config_b) as b:
+        async with two_gateways(
+            database_url, tmp_path, redis_url, inference_toml(upstream.url)
+        ) as (
+            a,
+            b,
+        ):
             yield a, b
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def two_gateways(
+    database_url: str, tmp_path: Path, redis_url: str, toml: str
+) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """Two gateways of config `toml` on one database and one Redis (same master key)."""
+    config_a = gateway_config(database_url, tmp_path / "a", toml=toml, GATEWAY_REDIS_URL=redis_url)
+    assert config_a.master_key is not None
+    config_b = gateway_config(
+        database_url,
+        tmp_path / "b",
+        toml=toml,
+        GATEWAY_REDIS_URL=redis_url,
+        GATEWAY_MASTER_KEY=base64.b64encode(config_a.master_key).decode(),
+    )
+    async with running_gateway(config_a) as a, running_gateway(config_b) as b:
+        yield a, b

@@ -3,7 +3,6 @@ a second (actors/cooldown_sync.py)."""
 
 from __future__ import annotations
 
-import base64
 import secrets
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import trio
 from bench.upstream import UpstreamServer, serve_upstream
 from tests.backends import REDIS_URL
 from tests.gateway.routing.rig import MESSAGES, deployments_toml
-from tests.harness import OPERATOR_KEY, Gateway, gateway_config, running_gateway
-from tests.inference import inference_toml
+from tests.harness import OPERATOR_KEY, Gateway
+from tests.inference import inference_toml, two_gateways
 
 pytestmark = pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL")
 
@@ -51,18 +50,7 @@ async def test_a_trip_on_one_instance_rests_the_deployment_on_the_other(
         east: UpstreamServer = await nursery.start(serve_upstream)
         west: UpstreamServer = await nursery.start(serve_upstream)
         toml = inference_toml(east.url) + deployments_toml(east.url, west.url, _model(model_id))
-        config_a = gateway_config(
-            database_url, tmp_path / "a", toml=toml, GATEWAY_REDIS_URL=REDIS_URL
-        )
-        assert config_a.master_key is not None
-        config_b = gateway_config(
-            database_url,
-            tmp_path / "b",
-            toml=toml,
-            GATEWAY_REDIS_URL=REDIS_URL,
-            GATEWAY_MASTER_KEY=base64.b64encode(config_a.master_key).decode(),
-        )
-        async with running_gateway(config_a) as a, running_gateway(config_b) as b:
+        async with two_gateways(database_url, tmp_path, REDIS_URL, toml) as (a, b):
             key = (await a.client.post("/v1/keys", json={"name": "k"}, headers=a.auth())).json()
             await a.runtime.storage.ledger.apply(a.org_id, "adjustment", 10**7, "test credit")
             west.behavior.fail_status = 500
