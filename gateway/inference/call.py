@@ -59,6 +59,18 @@ class Call:
         if key is not None:
             require_allowed(model, key.allowed_models)
 
+    def price_at(self, deployment: ResolvedModel, held: ModelConfig | None) -> ModelConfig | None:
+        """The price an attempt on `deployment` is charged at, given the one the request was
+        held at (`held`: None with the org's own key, which pays nothing): the deployment's own
+        when it differs (a model of several deployments, or a fallback; the hold was made at
+        the highest of them), and the bill repriced to it."""
+        if held is None or deployment.price is held:
+            return held
+        assert deployment.price is not None  # an unpriced deployment leaves its model unpriced
+        if self.bill is not None:
+            self.bill.reprice(deployment.price)
+        return deployment.price
+
     def charge(self, usage: Usage, price: ModelConfig | None) -> None:
         """Record the usage for the log and bill it (once; billing off: log the cost only).
         With the org's own key the cost is 0 (`price` is None only then)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import msgspec
+
 from actors.relay import FrameSource, OpenAIFrames, Resume
 from actors.upstream import UpstreamClient
 from gateway.config import ModelConfig
@@ -92,11 +94,7 @@ class ChatCompletions:
         """One attempt on `model` (a deployment, gateway/inference/routing.py): the JSON
         answer to send, or None when a stream was sent."""
         deps = self._deps
-        if price is not None and model.price is not price:  # one of several deployments
-            assert model.price is not None  # a model with an unpriced deployment has no price
-            price = model.price
-            if call.bill is not None:
-                call.bill.reprice(price)
+        price = call.price_at(model, price)
         request = parsed.request
         client = deps.upstreams.get(model.provider.name)
         if model.provider.kind == "anthropic":
@@ -228,13 +226,16 @@ class _Failover:
             )
         )
         produced = sum(usage.completion_tokens for usage, _ in self.legs)
-        body = continuation_request(
-            self.parsed,
-            model=deployment.upstream,
-            partial=self.frames.partial_text(),
-            produced=produced,
-            native=deployment.provider.kind == "vllm",
-        )
+        try:
+            body = continuation_request(
+                self.parsed,
+                model=deployment.upstream,
+                partial=self.frames.partial_text(),
+                produced=produced,
+                native=deployment.provider.kind == "vllm",
+            )
+        except (msgspec.DecodeError, RecursionError):  # messages nested too deep to rebuild
+            return None
         self.price = None if self.price is None else deployment.price
         self.prompt_bytes = len(body)
         self.frames_before = self.sink.frames_sent

@@ -40,12 +40,7 @@ class Embeddings:
 
         async def embed(deployment: ResolvedModel) -> bytes:
             """One attempt on a deployment (gateway/inference/routing.py)."""
-            charged = price
-            if price is not None and deployment.price is not price:  # one of several
-                assert deployment.price is not None
-                charged = deployment.price
-                if call.bill is not None:
-                    call.bill.reprice(charged)
+            charged = call.price_at(deployment, price)
             client = deps.upstreams.get(deployment.provider.name)
             upstream_body = rewrite_request(
                 body, model=deployment.upstream, force_include_usage=False

@@ -87,12 +87,7 @@ class CreateResponse:
                     if deployment is model
                     else _upstream_request(request, context, deployment)
                 )
-                charged = price
-                if price is not None and deployment.price is not price:  # one of several
-                    assert deployment.price is not None
-                    charged = deployment.price
-                    if call.bill is not None:
-                        call.bill.reprice(charged)
+                charged = call.price_at(deployment, price)
                 client = deps.upstreams.get(deployment.provider.name)
                 if request.stream:
                     await self._stream(
