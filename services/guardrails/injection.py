@@ -14,9 +14,9 @@ shadow, and typographic apostrophes as `'`. No homoglyph (confusables) mapping: 
 stays Cyrillic. Offsets in `InjectionMatch` point into the caller's original text.
 
 Words may be separated by any run of whitespace, `*`, `_`, `~` or `-` (markdown emphasis,
-`ignore_all_previous_instructions`). Every pattern is a chain of literal words and bounded
-optional parts with no nested unbounded repetition, so the scan is linear in the input: no
-catastrophic backtracking (tests/services/test_injection.py times a 1 MB input).
+`ignore_all_previous_instructions`). The phrases are in injection_rules.py, shaped so that the
+scan stays linear in the input (possessive separators, bounded repetition): no catastrophic
+backtracking; tests/services/test_injection.py runs hostile 1 MB inputs.
 
 Choices on look-alikes (the tests pin them):
 - Chat template control tokens (`<|im_start|>`, `[INST]`, `<<SYS>>`, `<start_of_turn>`) are
@@ -86,13 +86,13 @@ def _compile() -> tuple[re.Pattern[str], tuple[str, ...]]:
 
     words = emit(trie)
     symbols = []
-    for category, pattern in SYMBOL_RULES:
-        symbols.append(f"(?:{pattern})()")
+    for category, rule in SYMBOL_RULES:
+        symbols.append(f"(?:{rule})()")
         categories.append(category)
-    pattern = re.compile(rf"(?<![a-z0-9]){words}|" + "|".join(symbols), re.ASCII)
-    if pattern.groups != len(categories) - 1:  # a rule with a capturing group of its own
+    compiled = re.compile(rf"(?<![a-z0-9]){words}|" + "|".join(symbols), re.ASCII)
+    if compiled.groups != len(categories) - 1:  # a rule with a capturing group of its own
         raise AssertionError("injection rules must use (?:...) groups only")
-    return pattern, tuple(categories)
+    return compiled, tuple(categories)
 
 
 _PATTERN, _GROUP_CATEGORY = _compile()
