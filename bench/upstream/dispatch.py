@@ -17,6 +17,7 @@ from bench.upstream import (
     audio_routes,
     fine_tuning_routes,
     image_routes,
+    moderation_routes,
     openai_routes,
     rerank_routes,
     responses_routes,
@@ -44,6 +45,7 @@ ROUTES: dict[str, dict[str, Route]] = {
     "/v1/images/generations": {"POST": image_routes.generations},
     "/v1/images/edits": {"POST": image_routes.edits},
     "/v1/images/variations": {"POST": image_routes.variations},
+    moderation_routes.PATH: {"POST": moderation_routes.moderations},
 }
 
 

@@ -3,7 +3,9 @@
 Each route is a pure function from the recorded request and the behavior snapshot to a Reply;
 nothing here waits or writes (the server paces streams). Requests need `Authorization: Bearer
 <anything>`. Stream chunks carry `"usage": null` only when `stream_options.include_usage` is true,
-as OpenAI does; the usage chunk (empty `choices`) then precedes `data: [DONE]`.
+as OpenAI does; the usage chunk (empty `choices`) then precedes `data: [DONE]`. A model whose name
+contains "guard" (or "shieldgemma") answers as a guard model, its verdict from trigger words
+(classifier.py), whatever the behavior says.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import msgspec
 
 from bench.upstream.behavior import RecordedRequest, UpstreamBehavior
+from bench.upstream.classifier import guard_verdict
 from bench.upstream.completion import (
     PER_MESSAGE_TOKENS,
     TOOL_ARGUMENT_FRAGMENTS,
@@ -131,6 +134,9 @@ def chat_completions(request: RecordedRequest, behavior: UpstreamBehavior) -> Re
     if chat.continue_final_message and chat.messages and chat.messages[-1].role == "assistant":
         after = count_words([_text(chat.messages[-1].content)])
     plan = plan_completion(behavior, limit, after=after)
+    verdict = guard_verdict(chat.model, [(m.role, _text(m.content)) for m in chat.messages])
+    if verdict is not None:  # a guard model classifies instead (classifier.py)
+        plan = Completion((verdict,), (), False, "stop", count_words([verdict]))
     usage = {
         "prompt_tokens": prompt,
         "completion_tokens": plan.completion_tokens,

@@ -38,6 +38,7 @@ PATHS = [
     "/cohere/v1/rerank",
     "/v1/audio/speech",
     "/v1/images/generations",
+    "/v1/moderations",
     "/v1/fine_tuning/jobs",
 ]
 
