@@ -12,6 +12,8 @@ repetition is bounded and no repeated part can match what follows it.
 
 from __future__ import annotations
 
+import re
+
 S = r"[\s*_~\-]++"  # between words: any whitespace, markdown emphasis, `_`, `-`
 E = r"(?![a-z0-9])"  # a word ends
 _WORD = r"[a-z']++"
@@ -319,6 +321,8 @@ WORD_RULES: list[tuple[str, str, str]] = [
     ),
 ]
 
+# Each starts with a literal character and has no top-level `|`, so that the scan can skip
+# every position that holds none of those characters (injection.py).
 SYMBOL_RULES: list[tuple[str, str]] = [
     ("role_spoofing", r"<\|\s*+[a-z_]{2,24}\s*+\|>"),  # <|im_start|> <|system|> <|eot_id|>
     ("role_spoofing", r"\[\s*+/?\s*+inst\s*+\]"),  # Llama 2, Mistral
@@ -329,13 +333,14 @@ SYMBOL_RULES: list[tuple[str, str]] = [
     # ### System: / ### Instruction: (Alpaca); the lookbehind keeps "#####…" linear
     (
         "role_spoofing",
-        r"(?<!#)##++[ \t]*+(?:" + _ROLE + r"|instructions?|response|input)[ \t]*+:",
+        r"#(?<!##)#++[ \t]*+(?:" + _ROLE + r"|instructions?|response|input)[ \t]*+:",
     ),
     ("role_spoofing", r"\[\s*+system\s*+\]\s*+\(#"),  # Bing's markdown role marker
-    # A fake system line that addresses the model: "SYSTEM: you are...", "[system]: ignore..."
+    # A fake system line that addresses the model: "SYSTEM: you are...", "[system]: ignore...".
+    # The scanned text starts with a "\n" of its own, so the first line is a line too.
     (
         "role_spoofing",
-        r"(?m:^)[ \t>]*+(?:\[\s*+system\s*+\]|\(\s*+system\s*+\)|(?:system|sys|admin|developer)"
+        r"\n[ \t>]*+(?:\[\s*+system\s*+\]|\(\s*+system\s*+\)|(?:system|sys|admin|developer)"
         r"(?:[ \t]++(?:message|prompt|note|override|update|notice|instruction))?)[ \t]*+:\s*+"
         + _any(
             "you your ignore disregard forget new_instructions the_(?:user|assistant|ai|model)"
@@ -344,5 +349,5 @@ SYMBOL_RULES: list[tuple[str, str]] = [
         + E,
     ),
     # "Do Anything Now" in quotes or brackets, as DAN prompts spell it out
-    ("jailbreak", r"[\"'(]" + _seq("do", "anything", "now") + r"[\"')]"),
+    *[("jailbreak", re.escape(q) + _seq("do", "anything", "now") + r"[\"')]") for q in "\"'("],
 ]
