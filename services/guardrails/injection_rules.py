@@ -330,11 +330,9 @@ SYMBOL_RULES: list[tuple[str, str]] = [
     ("role_spoofing", r"<\s*+/?\s*+(?:start|end)_of_turn\s*+>"),  # Gemma
     # an end of turn, then a new one (a lone `</s>` is HTML's strikethrough)
     ("role_spoofing", r"</s>\s*+(?:<s>|\[|<\||<<|#|" + _ROLE + r"\s*+:)"),
-    # ### System: / ### Instruction: (Alpaca); the lookbehind keeps "#####…" linear
-    (
-        "role_spoofing",
-        r"#(?<!##)#++[ \t]*+(?:" + _ROLE + r"|instructions?|response|input)[ \t]*+:",
-    ),
+    # ### System: / ### Instruction: (Alpaca; not its "### Input:", a heading of programming
+    # exercises too); the lookbehind keeps "#####…" linear
+    ("role_spoofing", r"#(?<!##)#++[ \t]*+(?:" + _ROLE + r"|instructions?)[ \t]*+:"),
     ("role_spoofing", r"\[\s*+system\s*+\]\s*+\(#"),  # Bing's markdown role marker
     # A fake system line that addresses the model: "SYSTEM: you are...", "[system]: ignore...".
     # The scanned text starts with a "\n" of its own, so the first line is a line too.

@@ -167,6 +167,7 @@ BENIGN: list[str] = [
     "Please display the results above the fold.",
     "The function prints the first line of the file.",
     "Markdown headers look like ## Usage or ### Examples.",
+    "### Input:\n[1, 2, 3]\n### Output:\n6",
     "He said: <| this is not a token.",
     "Set `system_prompt` in the config file to change the persona.",
     "¿Qué es un «prompt» de sistema?",

@@ -33,12 +33,12 @@ def test_known_misses_stay_documented(text: str) -> None:
 
 
 def test_the_reported_figures() -> None:
-    """Recall 81 of 89 attacks (91 %), no false positive in 62 look-alikes."""
+    """Recall 81 of 89 attacks (91 %), no false positive in 63 look-alikes."""
     found = sum(detect_injection(text) is not None for text, _ in ATTACKS)
     attacks = len(ATTACKS) + len(MISSED)
     flagged = sum(detect_injection(text) is not None for text in BENIGN)
     assert (found, attacks) == (81, 89)
-    assert (flagged, len(BENIGN)) == (0, 62)
+    assert (flagged, len(BENIGN)) == (0, 63)
     assert {category for _, category in ATTACKS} == set(CATEGORIES)
 
 
