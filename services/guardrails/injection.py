@@ -114,17 +114,19 @@ def _one_to_one(text: str, table: dict[str, str]) -> str:
 
 
 def _scan(folded: str) -> tuple[str, int, int] | None:
-    """The leftmost match in already folded text: category, start, end."""
+    """The leftmost match in already folded text: category, start, end (offsets in `folded`:
+    the scanned text has one more character in front)."""
     text = "\n" + folded
     found = None
     match = _WORDS.search(text)
     if match is not None:  # its first character is the one before the word
         found = (_GROUP_CATEGORY[match.lastindex or 0], match.start(), match.end() - 1)
     match = _SYMBOLS.search(text)
-    if match is not None and (found is None or match.start() < found[1] + 1):
-        start = match.start() + (text[match.start()] == "\n")  # a line's own "\n"
-        group = (match.lastindex or 0) + _WORDS.groups
-        found = (_GROUP_CATEGORY[group], start - 1, match.end() - 1)
+    if match is not None:
+        start = match.start() + (text[match.start()] == "\n") - 1  # a line's own "\n"
+        if found is None or start < found[1]:
+            group = (match.lastindex or 0) + _WORDS.groups
+            found = (_GROUP_CATEGORY[group], start, match.end() - 1)
     return found
 
 
