@@ -1,0 +1,60 @@
+"""A gateway with plugins (guardrails, the response cache) in front of the simulated upstream,
+for the plugin tests: `plugin_rig(..., toml)` is `inference_rig` with `toml` added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from storage.events import Event
+from tests.inference import Rig
+
+PII_BLOCK = """
+[[guardrails]]
+name = "pii"
+kind = "pii"
+stages = ["input", "output"]
+action = "block"
+models = ["small"]
+"""
+
+PII_REDACT = """
+[[guardrails]]
+name = "pii-redact"
+kind = "pii"
+stages = ["input", "output"]
+action = "redact"
+report_redactions = true
+"""
+
+
+def chat_body(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "small", "messages": [{"role": "user", "content": text}], **extra}
+
+
+def upstream_chats(rig: Rig) -> list[Any]:
+    """The chat requests the upstream received, decoded."""
+    return [
+        msgspec.json.decode(r.body)
+        for r in rig.upstream.requests
+        if r.path.endswith("/chat/completions")
+    ]
+
+
+async def events_of(rig: Rig, type: str) -> list[Event]:
+    runtime = rig.gateway.runtime
+    await runtime.event_writer.flush()
+    stored = await runtime.storage.events.list_for_org(rig.gateway.org_id, limit=10_000)
+    return [e for e in stored if e.type == type]
+
+
+def stream_text(body: str) -> tuple[str, list[Any]]:
+    """The streamed content's text and the decoded frames (less `[DONE]`)."""
+    frames = [
+        msgspec.json.decode(line[6:]) for line in body.split("\n") if line.startswith("data: {")
+    ]
+    text = "".join(
+        (f["choices"][0]["delta"].get("content") or "") for f in frames if f.get("choices")
+    )
+    return text, frames
