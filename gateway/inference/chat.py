@@ -5,9 +5,7 @@ translated both ways."""
 
 from __future__ import annotations
 
-import time
 from functools import partial
-from typing import Literal
 
 import msgspec
 
@@ -31,8 +29,8 @@ from protocol.errors import UpstreamError
 from protocol.openai_chat import ParsedChat, continuation_request, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage
-from services.plugins.interface import Outcome
 from services.plugins.pipeline import PluginRun
+from services.plugins.stream_guard import GuardedStream
 from storage.idempotency import COMPLETED, STREAMED
 
 
@@ -103,7 +101,7 @@ class ChatCompletions:
             elif out is not None:
                 await call.answer_json(out)
                 if run is not None:
-                    run.finished(_outcome(call, "json", out))
+                    run.finished(flow.outcome(call, "json", out))
         except BaseException:
             call.close_bill()
             if claim is not None:
@@ -198,6 +196,9 @@ class ChatCompletions:
                 prompt_tokens=estimate_tokens(failover.prompt_bytes),
                 completion_tokens=max(0, sink.frames_sent - failover.frames_before - 1),
             )
+            if cut:  # a plugin cut it: the text frames the client got (of this leg)
+                assert isinstance(guarded, GuardedStream)
+                usage.completion_tokens = min(usage.completion_tokens, guarded.sent_deltas)
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 if failover.legs:  # each leg at its deployment's price
@@ -207,20 +208,7 @@ class ChatCompletions:
         if run is not None and guarded is not sink and frames.finished and guarded.cut is None:
             recorded = guarded.recorded
             if recorded is not None and sink.ended and not sink.left:
-                run.finished(_outcome(call, "sse", recorded))
-
-
-def _outcome(call: Call, kind: Literal["json", "sse"], body: bytes) -> Outcome:
-    """What the client got, for the plugins' `finished` (stores in the cache, mirrors)."""
-    ctx = call.ctx
-    return Outcome(
-        kind,
-        body,
-        ctx.prompt_tokens or 0,
-        ctx.completion_tokens or 0,
-        time.perf_counter() - ctx.started,
-        ctx.cost_usd or 0.0,
-    )
+                run.finished(flow.outcome(call, "sse", recorded))
 
 
 class _Failover:

@@ -7,18 +7,20 @@ plugin that failed 503 `plugin_unavailable`."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
+from typing import Literal
 
 from gateway.inference.billing import provider_cost
 from gateway.inference.call import Call
 from gateway.inference.model_registry import ResolvedModel
-from gateway.plugins.build import Plugins
 from gateway.inference.sse_response import ClientStream
+from gateway.plugins.build import Plugins
 from protocol.errors import APIError
 from protocol.openai_chat import error_frame
 from protocol.sse import DONE
 from protocol.usage import Usage
-from services.plugins.interface import Blocked, Exchange, PluginUnavailable, Stored
+from services.plugins.interface import Blocked, Exchange, Outcome, PluginUnavailable, Stored
 from services.plugins.pipeline import PluginRun
 from services.plugins.stream_guard import CutFrames, GuardedStream
 
@@ -81,6 +83,23 @@ async def before(run: PluginRun, call: Call) -> Stored | None:
         call.request.headers.extend(run.exchange.headers)
 
 
+async def checked_body(
+    plugins: Plugins | None,
+    call: Call,
+    route: str,
+    model: ResolvedModel,
+    requested: str,
+    body: bytes,
+) -> bytes:
+    """The body after the input plugins, for a route the cache does not answer (images,
+    speech, rerank): refused (APIError), redacted (a new body), or as it was (`body` itself)."""
+    run = start(plugins, call, route, model, requested, body)
+    if run is None:
+        return body
+    await before(run, call)
+    return run.exchange.body
+
+
 async def answer(run: PluginRun | None, body: bytes) -> bytes:
     """A JSON answer through the output checks and `after` hooks."""
     if run is None:
@@ -126,3 +145,16 @@ async def serve_stored(plugins: Plugins, call: Call, stored: Stored, model: Reso
     if await sink.open():
         await sink.write(stored.body)
     await sink.finish()
+
+
+def outcome(call: Call, kind: Literal["json", "sse"], body: bytes) -> Outcome:
+    """What the client got, for the plugins' `finished` (stores in the cache, mirrors)."""
+    ctx = call.ctx
+    return Outcome(
+        kind,
+        body,
+        ctx.prompt_tokens or 0,
+        ctx.completion_tokens or 0,
+        time.perf_counter() - ctx.started,
+        ctx.cost_usd or 0.0,
+    )

@@ -102,6 +102,7 @@ class GuardedStream:
         self._recorded: list[bytes] | None = [] if record_limit else None
         self._recorded_bytes = 0
         self.cut: Blocked | PluginUnavailable | None = None
+        self.sent_deltas = 0  # frames adding text that went to the client (billed on a cut)
 
     @property
     def recorded(self) -> bytes | None:
@@ -178,6 +179,8 @@ class GuardedStream:
         out: list[bytes] = []
         while self._held and self._held[0].end <= upto:
             frame = self._held.pop(0)
+            if frame.end > frame.start:
+                self.sent_deltas += 1
             out.append(self._rewritten(frame))
         self._trim()
         if not out:

@@ -3,10 +3,12 @@ for the plugin tests: `plugin_rig(..., toml)` is `inference_rig` with `toml` add
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
 
+from protocol.credentials import CredentialKind
 from storage.events import Event
 from tests.inference import Rig
 
@@ -58,3 +60,17 @@ def stream_text(body: str) -> tuple[str, list[Any]]:
         (f["choices"][0]["delta"].get("content") or "") for f in frames if f.get("choices")
     )
     return text, frames
+
+
+async def other_org_key(rig: Rig, credit_usd: float = 10.0) -> str:
+    """A secret key of a second organization of the same gateway, topped up."""
+    runtime, client = rig.gateway.runtime, rig.gateway.client
+    org = await runtime.storage.orgs.create(f"other-{os.urandom(4).hex()}")
+    credential = runtime.hasher.generate(CredentialKind.MANAGEMENT)
+    await runtime.storage.orgs.add_management_key(org.id, credential)
+    auth = rig.gateway.auth(credential.value)
+    topup = await client.post("/v1/credits/topup", json={"amount_usd": credit_usd}, headers=auth)
+    assert topup.status_code == 200, topup.text
+    r = await client.post("/v1/keys", json={"name": "other"}, headers=auth)
+    key: str = r.json()["key"]
+    return key
