@@ -159,8 +159,9 @@ class GuardedStream:
                 except Blocked as blocked:
                     at = start + (blocked.at if blocked.at is not None else 0)
                     return await self._cut(blocked, min(at, self._judged(entry)))
-                except PluginUnavailable as failed:
-                    return await self._cut(failed, self._judged(entry))
+                except PluginUnavailable as failed:  # nothing it did not judge goes out
+                    judged = entry.seen - check.look_behind
+                    return await self._cut(failed, min(judged, self._judged(entry)))
                 for span in found:
                     absolute = Replacement(start + span.start, start + span.end, span.tag)
                     self._redactions.add(absolute, text[span.start : span.end])
