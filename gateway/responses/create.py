@@ -182,15 +182,22 @@ class CreateResponse:
         http = call.request
         sink = ClientStream(http, hold_last=save is not None)
 
+        guarded = flow.stream(run, sink, lambda message, code, _: frames.cut(message, code=code))
+
         async def before_last() -> None:
             final = frames.response
-            # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens).
+            # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens);
+            # never once a plugin cut it, and as the client got it (redacted).
+            if isinstance(guarded, GuardedStream):
+                if guarded.cut is not None:
+                    return
+                if final is not None:
+                    final = guarded.as_sent(final)
             if save is not None and frames.finished and final is not None:
                 status = final["status"] if isinstance(final, dict) else final.status
                 if status in ("completed", "incomplete"):
                     await save(final)
 
-        guarded = flow.stream(run, sink, lambda message, code, _: frames.fail(message, code=code))
         try:
             await relay_to_client(
                 call, deps, client, path, upstream_body, frames, guarded, before_last=before_last

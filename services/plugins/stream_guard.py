@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -29,6 +29,7 @@ from protocol.sse import KEEPALIVE
 from services.guardrails.texts import answer_slots, stream_delta
 from services.plugins.interface import Blocked, OutputCheck, PluginUnavailable, Replacement
 
+T = TypeVar("T")
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 
@@ -230,6 +231,20 @@ class GuardedStream:
                 return frame.raw
         head, _, _ = frame.raw.partition(b"data: ")
         return head + b"data: " + _encode(event) + b"\n\n"
+
+    def as_sent(self, answer: T) -> T | dict[str, Any]:
+        """`answer` (the whole answer the source built, e.g. a Responses object to store) with
+        the redactions the client got applied to its text; as it is when there were none."""
+        values = self._redactions.values
+        if not values:
+            return answer
+        decoded: dict[str, Any] = msgspec.to_builtins(answer)
+        for slot in answer_slots(self._route, decoded):
+            text = slot.text
+            for original, tag in values.items():
+                text = text.replace(original, tag)
+            slot.set(text)
+        return decoded
 
     def _record(self, data: bytes) -> None:
         if self._recorded is None:
