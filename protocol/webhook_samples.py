@@ -100,11 +100,14 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "error": {"code": "invalid_training_file", "message": "Line 3 is not valid JSON."},
     },
     "guardrail.triggered": {
-        "request_id": "req_SAMPLE00000000000000000",
+        "guardrail": "pii",
+        "kind": "pii",
+        "category": "email",
+        "action": "block",
+        "stage": "input",
         "key_id": "key_SAMPLE00000000000000000",
         "model": "gpt-4o-mini",
-        "guardrail": "pii",
-        "action": "blocked",
+        "request_id": "req_SAMPLE00000000000000000",
     },
     "cache.purged": {"scope": "organization", "entries_removed": 128},
 }

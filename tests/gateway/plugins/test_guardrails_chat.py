@@ -5,10 +5,14 @@ caught, nothing after it reaches the client, only what was sent is billed), and 
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
+from tests.actors.webhooks.support import verify
 from tests.gateway.plugins.rig import (
     PII_BLOCK,
     PII_REDACT,
@@ -18,10 +22,26 @@ from tests.gateway.plugins.rig import (
     upstream_chats,
 )
 from tests.inference import inference_rig, ledger
+from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
 pytestmark = pytest.mark.storage
 
 EMAIL = "jane.roe@example.com"
+WEBHOOKS = """
+[webhooks]
+allowed_private_networks = ["127.0.0.0/8"]
+poll_interval_s = 0.05
+"""
+
+
+@pytest.fixture
+def tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReceiverTLS:
+    """A trustme CA the gateway's outbound TLS trusts (its sender reads SSL_CERT_FILE)."""
+    made = make_tls()
+    path = tmp_path / "ca.pem"
+    path.write_bytes(made.ca_pem)
+    monkeypatch.setenv("SSL_CERT_FILE", str(path))
+    return made
 
 
 async def test_input_pii_is_refused_before_the_provider_and_not_billed(
@@ -128,3 +148,36 @@ async def test_streamed_output_is_redacted_across_chunks(database_url: str, tmp_
         assert text == "Write to [EMAIL] or call later, thanks."
         assert frames[-1]["choices"][0]["finish_reason"] == "stop"
         assert r.text.endswith("data: [DONE]\n\n")
+
+
+async def test_a_block_is_delivered_as_one_signed_webhook(
+    database_url: str, tmp_path: Path, tls: ReceiverTLS
+) -> None:
+    toml = PII_BLOCK + WEBHOOKS
+    async with (
+        inference_rig(database_url, tmp_path, extra_toml=toml) as rig,
+        trio.open_nursery() as nursery,
+    ):
+        receiver: Receiver = await nursery.start(partial(serve_receiver, tls=tls.server))
+        gw = rig.gateway
+        r = await gw.client.post(
+            "/v1/webhooks",
+            json={"url": receiver.url, "events": ["guardrail.triggered"]},
+            headers=gw.auth(),
+        )
+        assert r.status_code == 200, r.text
+        secret = r.json()["secret"]
+        rig.upstream.behavior.reply_text = f"mail {EMAIL} now"
+        rig.upstream.behavior.reply_chunk_chars = 3
+        r = await rig.chat(chat_body("who?", stream=True))
+        assert "guardrail_blocked" in r.text
+        with trio.fail_after(10):
+            [arrival] = await receiver.wait_for(1)
+        assert verify(secret, arrival)
+        delivered = json.loads(arrival.body)
+        assert delivered["type"] == "guardrail.triggered"
+        assert delivered["data"]["stage"] == "output" and EMAIL.encode() not in arrival.body
+        metrics = await gw.client.get("/metrics")
+        line = 'gateway_guardrail_findings{guardrail="pii",category="email",action="block"} 1'
+        assert line in metrics.text
+        nursery.cancel_scope.cancel()
