@@ -285,9 +285,9 @@ def _check_policies(
         if guardrail.provider is not None and guardrail.provider not in providers:
             problem = f"no provider named {describe(guardrail.provider)}"
             raise ConfigError(file, f"{where}.provider", problem)
-        for i, model in enumerate(guardrail.models):
-            if model != "*" and model not in models:
-                problem = f"{describe(model)} is not the id of a [[models]] entry"
+        for i, name in enumerate(guardrail.models):
+            if name != "*" and name not in models:
+                problem = f"{describe(name)} is not the id of a [[models]] entry"
                 raise ConfigError(file, f"{where}.models[{i}]", problem)
     cache = config.cache
     if cache.embeddings_model is not None and cache.embeddings_model not in models:

@@ -114,7 +114,7 @@ def test_a_model_s_cache_and_mirrors(tmp_path: Path) -> None:
     assert model.cache is True and model.cache_ttl_s == 60
     assert str(model.cache_hit_usd_per_mtok) == "0.1"
     assert model.mirrors[0].model == "n" and model.mirrors[0].sample_rate == 0.25
-    path.write_text(BASE + '[[models.mirrors]]\nmodel = "m"\n')
+    path.write_text(BASE + '[[models.mirrors]]\nmodel = "n"\n')  # itself
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
     assert caught.value.key == "models[1].mirrors[0].model"
