@@ -16,7 +16,11 @@ texts differ in any of what makes such questions different:
 - comparison and direction: more/less, before/after, max/min, first/last, increase/decrease...
   (`bigger` = `larger` = `more`), and with `to`, `from`, `than`, `vs`, `into`, the order of the
   words both texts share, common words aside (`5 miles to km` is not `5 km to miles`, nor a
-  string to an int an int to a string).
+  string to an int an int to a string);
+- one uncommon word swapped for another, the rest alike (`raw eggs` / `raw chicken`, `reset my
+  password` / `reset my router`), unless the two are spellings of one word (`info` /
+  `information`). This also refuses a one-word synonym (`cancel` / `terminate`): the price of
+  not trusting the similarity where questions are most often confused.
 
 English only, and cheap: word lists, not a parser. It is meant to err towards False (a miss costs
 one upstream call; a false hit serves a wrong answer). Paraphrases it refuses are counted in the
@@ -162,7 +166,8 @@ _COMMON = frozenset(
     no yes please tell show give explain describe list write convert calculate compute define
     summarize summarise translate compare find help name provide make create suggest recommend
     is are hi hello hey ok okay any some all every each one two other another should say let
-    whats hows whos wheres whys im ive id its dont doesnt cant isnt arent wont""".split()
+    whats hows whos wheres whys im ive id its dont doesnt cant isnt arent wont thanks thank
+    sorry""".split()
 )
 
 
@@ -177,6 +182,7 @@ class _Facts:
     keys: tuple[str, ...]  # numbers, units and other uncommon words, in order of appearance
     directed: bool
     words: frozenset[str]  # every word, case-folded, apostrophes dropped
+    content: frozenset[str]  # the uncommon words not counted above, stemmed
 
 
 def same_question(a: str, b: str) -> bool:
@@ -195,6 +201,11 @@ def same_question(a: str, b: str) -> bool:
         return False
     if not (one.names <= other.words and other.names <= one.words):
         return False
+    # One uncommon word swapped for another, the rest alike: what the question is about changed
+    # ("raw eggs" / "raw chicken"). A word added or dropped ("permanently") is let through.
+    only_one, only_other = one.content - other.content, other.content - one.content
+    if len(only_one) == 1 == len(only_other) and not _variants(*only_one, *only_other):
+        return False
     if one.directed or other.directed:
         # What both texts mention must come in the same order: "from A to B" is not "from B to A".
         shared = set(one.keys) & set(other.keys)
@@ -212,6 +223,7 @@ def _facts(text: str) -> _Facts:
     names: set[str] = set()
     keys: list[str] = []
     words: set[str] = set()
+    content: set[str] = set()
     negations = 0
     directed = False
     opening = True  # the next word opens a sentence
@@ -235,10 +247,13 @@ def _facts(text: str) -> _Facts:
             key = None if plain in _COMMON else folded.removesuffix("'s")
         if key is not None and key not in keys:
             keys.append(key)
-        if folded in _NEGATIONS or folded.endswith("n't"):
+        negation = folded in _NEGATIONS or folded.endswith("n't")
+        if negation:
             negations += 1
         if folded in _POLARITY:
             polarity[_POLARITY[folded]] += 1
+        elif key is not None and key == folded.removesuffix("'s") and not negation:
+            content.add(_stem(key))
         if folded in _DIRECTION:
             directed = True
         if _is_name(token, folded, opening):
@@ -254,7 +269,28 @@ def _facts(text: str) -> _Facts:
         tuple(keys),
         directed,
         frozenset(words),
+        frozenset(content),
     )
+
+
+def _stem(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def _variants(a: str, b: str) -> bool:
+    """Two spellings of one word: one's first four letters or more are at least three quarters
+    of the shorter (`info`/`information`, `summarize`/`summarise`, `meditation`/`meditating`;
+    not `weekday`/`weekend`, `reset`/`restart`)."""
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared >= 4 and shared >= 0.75 * min(len(a), len(b))
 
 
 _DIGITS = re.compile(r"(\d+(?:[.,]\d+)*)(st|nd|rd|th)?")

@@ -101,6 +101,10 @@ def test_ties_go_to_the_first_listed() -> None:
         ("Does the NASA budget grow?", "Does the budget grow?"),
         ("How do I turn on dark mode?", "How do I turn off dark mode?"),
         ("How much is 10 $ in euros?", "How much is 10 £ in euros?"),
+        ("is it safe to eat raw eggs", "is it safe to eat raw chicken"),
+        ("how do i sort a list in python", "how do i sort a list in java"),
+        ("What are the opening hours on weekdays?", "What are the opening hours on weekends?"),
+        ("How do I reset my router?", "How do I restart my router?"),
     ],
 )
 def test_different_questions_worded_alike(a: str, b: str) -> None:
@@ -120,6 +124,9 @@ def test_different_questions_worded_alike(a: str, b: str) -> None:
         ("Who won the World Cup in 2018?", "Who won the 2018 World Cup?"),
         ("Explain recursion. Keep it short!", "Explain recursion. Keep it short"),
         ("Is a bigger engine better?", "Is a larger engine better?"),
+        ("How do I update my billing information?", "how can I update my billing info"),
+        ("How do I delete my account?", "How can I delete my account permanently?"),
+        ("How do I reset my password? Thanks!", "How do I reset my password?"),
         ("same text", "same text"),
         ("", ""),
     ],
