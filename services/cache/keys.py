@@ -107,7 +107,9 @@ def cacheable(route: str, body: Mapping[str, Any], *, explicit: bool) -> bool:
     only best-effort reproducibility with it."""
     if not isinstance(body, Mapping) or route not in ROUTES:
         return False
-    if route == "responses" and (body.get("background") is True or "conversation" in body):
+    if route == "responses" and (
+        body.get("background") is True or body.get("conversation") is not None
+    ):
         return False
     if explicit or route == "embeddings":
         return True
