@@ -22,9 +22,10 @@ texts differ in any of what makes such questions different:
   `information`). This also refuses a one-word synonym (`cancel` / `terminate`): the price of
   not trusting the similarity where questions are most often confused.
 
-English only, and cheap: word lists, not a parser. It is meant to err towards False (a miss costs
-one upstream call; a false hit serves a wrong answer). Paraphrases it refuses are counted in the
-recall that docs/cache.md reports.
+English only, and cheap: word lists, not a parser (about 5 µs a word; texts over MAX_TEXT
+characters are refused). It is meant to err towards False (a miss costs one upstream call; a
+false hit serves a wrong answer). Paraphrases it refuses are counted in the recall that
+docs/cache.md reports.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
+
+# Longer texts are refused: a question that long is rarely asked twice in other words, and its
+# exact repeats are the exact cache's.
+MAX_TEXT = 10_000
 
 _TOKEN = re.compile(
     r"\d+(?:[.,]\d+)*(?:st|nd|rd|th)?"  # numbers: 5, 1,000, 3.14, 21st
@@ -190,6 +196,8 @@ def same_question(a: str, b: str) -> bool:
     a comparison or direction (see the module's docstring); True otherwise."""
     if a == b:
         return True
+    if len(a) > MAX_TEXT or len(b) > MAX_TEXT:
+        return False
     one, other = _facts(a), _facts(b)
     if (
         one.numbers != other.numbers
@@ -214,6 +222,7 @@ def same_question(a: str, b: str) -> bool:
     return True
 
 
+@lru_cache(maxsize=1024)  # best_match compares one question with several candidates
 def _facts(text: str) -> _Facts:
     text = unicodedata.normalize("NFKC", text).replace("’", "'")
     quoted = frozenset(next(g for g in m.groups() if g) for m in _QUOTED.finditer(text))
@@ -221,7 +230,7 @@ def _facts(text: str) -> _Facts:
     units: Counter[str] = Counter()
     polarity: Counter[str] = Counter()
     names: set[str] = set()
-    keys: list[str] = []
+    keys: dict[str, None] = {}  # ordered, each once
     words: set[str] = set()
     content: set[str] = set()
     negations = 0
@@ -245,8 +254,8 @@ def _facts(text: str) -> _Facts:
             key = _UNITS[folded]
         else:
             key = None if plain in _COMMON else folded.removesuffix("'s")
-        if key is not None and key not in keys:
-            keys.append(key)
+        if key is not None:
+            keys.setdefault(key)
         negation = folded in _NEGATIONS or folded.endswith("n't")
         if negation:
             negations += 1

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from bench.upstream.embedding import embed
+from services.cache.guard import MAX_TEXT
 from services.cache.semantic import (
     best_match,
     cosine,
@@ -134,3 +135,10 @@ def test_different_questions_worded_alike(a: str, b: str) -> None:
 def test_paraphrases_pass_the_guard(a: str, b: str) -> None:
     assert same_question(a, b)
     assert same_question(b, a)
+
+
+def test_texts_too_long_to_read_cheaply_are_refused() -> None:
+    long = "Summarize this: " + "word " * 3000
+    assert len(long) > MAX_TEXT
+    assert same_question(long, long)  # identical: no reading needed
+    assert not same_question(long, long + " please")
