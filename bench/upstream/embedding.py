@@ -44,7 +44,8 @@ FUNCTION_WORDS = frozenset(
 
 
 def embed(text: str, dimensions: int = DEFAULT_DIMENSIONS) -> list[float]:
-    """The text's unit vector of `dimensions` floats (all zeros for a text without words)."""
+    """The text's unit vector of `dimensions` floats (a text without words, such as "?!", is
+    one feature: itself; a real model never answers a zero vector either)."""
     return list(_embed(text, dimensions))
 
 
@@ -60,9 +61,9 @@ def _embed(text: str, dimensions: int) -> tuple[float, ...]:
             _add(vector, "c:" + padded[at : at + 3], weight * TRIGRAM_WEIGHT)
     for first, second in zip(stems, stems[1:], strict=False):
         _add(vector, f"b:{first} {second}", BIGRAM_WEIGHT)
+    if not stems:  # no words ("?!", emoji, ""): the text itself, so never a zero vector
+        _add(vector, "t:" + text, 1.0)
     norm = math.sqrt(sum(x * x for x in vector))
-    if norm == 0.0:
-        return tuple(vector)
     return tuple(round(x / norm, 7) for x in vector)
 
 

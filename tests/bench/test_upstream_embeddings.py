@@ -26,7 +26,9 @@ def test_same_text_same_unit_vector() -> None:
     assert v == embed("How do I reset my password?") and len(v) == DEFAULT_DIMENSIONS
     assert math.fsum(x * x for x in v) == pytest.approx(1.0, abs=1e-5)
     assert len(embed("hello", 12)) == 12
-    assert embed("?!", 8) == [0.0] * 8  # no words: no direction
+    for wordless in ("?!", "", "🙂"):  # no words: still a unit vector, never zeros
+        assert math.fsum(x * x for x in embed(wordless, 8)) == pytest.approx(1.0, abs=1e-5)
+    assert embed("?!") != embed("!?")
 
 
 def test_similarity_follows_the_wording() -> None:
