@@ -31,6 +31,7 @@ from gateway.images.area import open_images
 from gateway.inference.area import open_inference
 from gateway.keyring import unlock
 from gateway.keys.area import open_keys
+from gateway.mirror.area import open_mirror
 from gateway.provider_keys.area import open_provider_keys
 from gateway.rerank.area import open_rerank
 from gateway.responses.area import open_responses
@@ -69,6 +70,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 await open_responses(core, inference),
                 await open_fine_tuning(core, files),
                 await open_webhooks(core),
+                await open_mirror(core),
             )
         )
 
