@@ -14,6 +14,7 @@ from gateway.core import Core
 from gateway.inference import routes
 from gateway.inference.deployments import register_deployment_gauges
 from gateway.inference.deps import InferenceDeps
+from gateway.mirror.area import MirrorArea
 from gateway.plugins.build import open_plugins
 from services.cache.store import ResponseCache
 from storage.endpoint_health import Endpoint, EndpointHealthRepository
@@ -24,11 +25,13 @@ class InferenceArea(Area):
     deps: InferenceDeps
 
 
-async def open_inference(core: Core, store: ResponseCache | None = None) -> InferenceArea:
+async def open_inference(
+    core: Core, store: ResponseCache | None = None, mirror: MirrorArea | None = None
+) -> InferenceArea:
     """The area; with Redis and a model of several deployments, its cooldown sharing actor
     (actors/cooldown_sync.py), on the instance's Redis client; a health-check actor per
-    deployment with `health_check` (actors/health_check.py); the plugins (guardrails, and the
-    response cache in `store`: gateway/plugins/)."""
+    deployment with `health_check` (actors/health_check.py); the plugins (guardrails, the
+    response cache in `store`, mirroring through `mirror`: gateway/plugins/)."""
     cooldowns = None
     balancers = [(model_id, route.balancer) for model_id, route in core.registry.routed()]
     if core.shared_holds is not None and balancers:  # with Redis
@@ -43,6 +46,7 @@ async def open_inference(core: Core, store: ResponseCache | None = None) -> Infe
         core.supervisor,
         core.metrics,
         store,
+        mirror,
     )
     deps = InferenceDeps(
         registry=core.registry,

@@ -1,6 +1,7 @@
 """The instance's plugin pipeline from its config: the `[[guardrails]]` in their order, then the
 response cache (input guardrails run before a lookup, so a refused request is never answered
-from the cache). None when nothing is configured: routes then skip every plugin step."""
+from the cache), then mirroring (after the answer; a cache hit is not mirrored). None when
+nothing is configured: routes then skip every plugin step."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from actors.supervisor import Supervisor
 from actors.upstream import Upstreams
 from gateway.config import Config
 from gateway.inference.model_registry import ModelRegistry
+from gateway.mirror.area import MirrorArea
 from gateway.operations.metrics import Metrics
 from gateway.plugins.classifiers import classifier
+from gateway.plugins.mirroring import MirrorPlugin
 from gateway.plugins.reporting import GuardrailReports
 from protocol.errors import UpstreamMalformed
 from services.cache.plugin import Embed, ResponseCachePlugin
@@ -41,6 +44,7 @@ async def open_plugins(
     supervisor: Supervisor,
     metrics: Metrics,
     store: ResponseCache | None,
+    mirror: MirrorArea | None = None,
 ) -> Plugins:
     reports = GuardrailReports(writer)
     plugins: list[Plugin] = [
@@ -65,6 +69,8 @@ async def open_plugins(
             threshold=settings.semantic_threshold,
         )
         plugins.append(cache)
+    if mirror is not None and mirror.mirror is not None:
+        plugins.append(MirrorPlugin(mirror))
     pipeline = Pipeline(plugins, reports) if plugins else None
     plugins_out = Plugins(pipeline, reports, cache)
     register_plugin_gauges(metrics, plugins_out)

@@ -118,6 +118,8 @@ class CreateResponse:
             await self._deps.store.save(org_id, final, input=context, created_us=created_us)
         answer = encode_response(final) if isinstance(final, ResponseObject) else encode_json(final)
         await call.answer_json(answer)
+        if run is not None:
+            run.finished(flow.outcome(call, "json", answer))
 
     async def _json(
         self,
@@ -216,6 +218,9 @@ class CreateResponse:
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 call.charge(usage, price)
+        if run is not None and isinstance(guarded, GuardedStream):
+            if guarded.cut is None and frames.finished and sink.ended and not sink.left:
+                run.finished(flow.outcome(call, "sse", guarded.recorded or b""))
 
 
 def _upstream_request(

@@ -150,6 +150,7 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/healthz",
         "/metrics",
         "/v1/admin/actors",
+        "/v1/admin/mirrors",
         "/openapi.json",
     }
     assert app_rules == set(paths)
