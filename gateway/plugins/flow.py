@@ -57,10 +57,13 @@ def start(
     """The request's run through the plugins that apply to it, or None (most requests)."""
     if plugins is None or plugins.pipeline is None:
         return None
+    name = model_name(requested, model)
+    if not plugins.pipeline.applying(route, name):
+        return None  # most requests: nothing to build
     control = (call.request.header(b"cache-control") or "").lower()
     exchange = Exchange(
         route=route,
-        model=model_name(requested, model),
+        model=name,
         org_id=call.principal.org_id,
         key_id=call.principal.key_id,
         request_id=call.ctx.request_id,

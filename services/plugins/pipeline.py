@@ -51,14 +51,19 @@ class Pipeline:
         self.stats = {p.name: PluginStats() for p in self.plugins}
         self._selected: dict[tuple[str, str], tuple[Plugin, ...]] = {}
 
-    def start(self, exchange: Exchange) -> PluginRun | None:
-        """The run of the plugins that apply to `exchange`'s route and model, or None."""
-        key = (exchange.route, exchange.model)
+    def applying(self, route: str, model: str) -> tuple[Plugin, ...]:
+        """The plugins that apply to requests of `route` naming `model`, in order."""
+        key = (route, model)
         selected = self._selected.get(key)
         if selected is None:
-            selected = tuple(p for p in self.plugins if p.applies(*key))
+            selected = tuple(p for p in self.plugins if p.applies(route, model))
             if len(self._selected) < _MAX_SELECTIONS:
                 self._selected[key] = selected
+        return selected
+
+    def start(self, exchange: Exchange) -> PluginRun | None:
+        """The run of the plugins that apply to `exchange`'s route and model, or None."""
+        selected = self.applying(exchange.route, exchange.model)
         return PluginRun(self, selected, exchange) if selected else None
 
     async def call(self, plugin: Plugin, hook: Callable[[], Awaitable[T]], passed: T) -> T:
