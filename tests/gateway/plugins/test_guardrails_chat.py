@@ -181,3 +181,48 @@ async def test_a_block_is_delivered_as_one_signed_webhook(
         line = 'gateway_guardrail_findings{guardrail="pii",category="email",action="block"} 1'
         assert line in metrics.text
         nursery.cancel_scope.cancel()
+
+
+async def test_a_json_answer_is_redacted_and_log_only_counts(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = (
+        PII_REDACT.replace("report_redactions = true", "report_redactions = false")
+        + """
+[[guardrails]]
+name = "audit"
+kind = "pii"
+stages = ["input"]
+action = "log"
+"""
+    )
+    async with inference_rig(database_url, tmp_path, extra_toml=toml) as rig:
+        rig.upstream.behavior.reply_text = f"Sure: {EMAIL}."
+        r = await rig.chat(chat_body(f"My address is {EMAIL}"))
+        assert r.status_code == 200, r.text
+        assert (
+            r.json()["choices"][0]["message"]["content"] == "Sure: [EMAIL]. "
+        )  # the simulator ends each word with a space
+        [sent] = upstream_chats(rig)
+        # The redaction ran first (the order written), so the audit saw nothing to log.
+        assert sent["messages"][0]["content"] == "My address is [EMAIL]"
+        assert await events_of(rig, "guardrail.triggered") == []
+        _, [row] = await ledger(rig, settled=1)  # a redacted answer is billed as usual
+        assert row.amount_micros < 0
+        metrics = (await rig.gateway.client.get("/metrics")).text
+        assert 'guardrail="pii-redact",category="email",action="redact"} 2' in metrics
+        assert 'guardrail="audit"' not in metrics
+
+
+async def test_log_action_lets_the_request_through(database_url: str, tmp_path: Path) -> None:
+    toml = PII_BLOCK.replace('action = "block"', 'action = "log"')
+    async with inference_rig(database_url, tmp_path, extra_toml=toml) as rig:
+        r = await rig.chat(chat_body(f"Mail {EMAIL}"))
+        assert r.status_code == 200, r.text
+        [sent] = upstream_chats(rig)
+        assert sent["messages"][0]["content"] == f"Mail {EMAIL}"
+        assert await events_of(rig, "guardrail.triggered") == []
+        metrics = (await rig.gateway.client.get("/metrics")).text
+        assert 'gateway_guardrail_findings{guardrail="pii",category="email",action="log"} 1' in (
+            metrics
+        )
