@@ -1,0 +1,1 @@
+"""The response cache (docs/cache.md)."""
