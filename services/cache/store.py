@@ -98,7 +98,7 @@ class ResponseCache:
         return self._totals.entries
 
     @property
-    def bytes(self) -> int:
+    def stored_bytes(self) -> int:
         return self._totals.bytes
 
     async def get(self, org_id: str, key: bytes) -> CachedAnswer | None:
@@ -273,7 +273,7 @@ class ResponseCache:
         return purged
 
     def statistics(self) -> dict[str, object]:
-        return {**self.counters.as_dict(), "entries": self.entries, "bytes": self.bytes}
+        return {**self.counters.as_dict(), "entries": self.entries, "bytes": self.stored_bytes}
 
     def _failed(self, what: str, exc: Exception, *, count: bool = True) -> None:
         if count:

@@ -99,10 +99,10 @@ async def test_lru_eviction_by_bytes_and_oversize(
     for i in range(4):
         await c.put("org_a", key(f"{i}"), answer(body), model="m", key_id=None, ttl_s=600)
         mock_clock.jump(1)
-    assert c.counters.evictions == 0 and c.bytes == 4 * 1028
+    assert c.counters.evictions == 0 and c.stored_bytes == 4 * 1028
     await c.put("org_a", key("4"), answer(body), model="m", key_id=None, ttl_s=600)
     # 5140 > 5000: down to 4500 at most (90 %), so the oldest goes.
-    assert c.counters.evictions == 1 and c.bytes == 4 * 1028
+    assert c.counters.evictions == 1 and c.stored_bytes == 4 * 1028
     assert await c.get("org_a", key("0")) is None and await c.get("org_a", key("1")) is not None
     await c.put("org_a", key("big"), answer(body + b"y"), model="m", key_id=None, ttl_s=600)
     assert c.counters.oversize == 1 and await c.get("org_a", key("big")) is None
