@@ -36,6 +36,7 @@ from typing import Any
 import coredis
 import coredis.exceptions
 import trio
+from coredis.tokens import PureToken
 
 from storage import events
 from storage.database import Database
@@ -214,7 +215,9 @@ class RedisCacheStore:
     async def get(self, org_id: str, key: bytes, *, now: int) -> StoredEntry | None:
         member = f"{key.hex()}:{org_id}"
         with _mapped(self._timeout_s):
-            v: list[Any] | None = await self._get([self._entry_key(org_id, key), f"{self._p}lru"], [member, now])
+            v: list[Any] | None = await self._get(
+                [self._entry_key(org_id, key), f"{self._p}lru"], [member, now]
+            )
         if not v:
             return None
         expires, kind, body, pt, ct, created, model, key_id, scope, query, vector = v
@@ -324,8 +327,8 @@ class RedisCacheStore:
         expired = 0
         while True:
             with _mapped(self._timeout_s):
-                members = await self._client.zrangebyscore(
-                    f"{self._p}exp", float("-inf"), now, offset=0, count=_BATCH
+                members = await self._client.zrange(
+                    f"{self._p}exp", "-inf", now, sortby=PureToken.BYSCORE, offset=0, count=_BATCH
                 )
             if members:
                 await self._drop_members(tuple(members), now)

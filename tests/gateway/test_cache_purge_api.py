@@ -47,7 +47,11 @@ async def _purge_events(gw: Gateway) -> list[dict[str, Any]]:
 def _shape(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _shape(v) for k, v in value.items()}
-    return "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+    return (
+        "number"
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        else type(value).__name__
+    )
 
 
 async def test_each_scope_purges_what_it_names_with_one_event(gateway: Gateway) -> None:

@@ -7,6 +7,7 @@ the test; the cache's clock is a WallClock on it (actors/webhooks/clock.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 
@@ -19,7 +20,7 @@ from services.cache.sealing import CacheSealer
 from services.cache.store import CachedAnswer, ResponseCache
 from storage import Storage
 from storage.errors import StorageUnavailable
-from storage.response_cache import ResponseCacheRepository, StoredEntry
+from storage.response_cache import ResponseCacheRepository
 
 PROMPT = "the secret prompt about aardvarks"
 ANSWER = b'{"choices":[{"message":{"content":"zebra-answer-plaintext"}}]}'
@@ -139,7 +140,7 @@ async def test_sealed_at_rest_and_a_copied_row_does_not_open(storage: Storage) -
         assert plain not in at_rest
     stolen = await repo.get("org_a", key("k"), now=0)
     assert stolen is not None
-    copied = StoredEntry(**{f: getattr(stolen, f) for f in stolen.__dataclass_fields__ if f != "org_id"}, org_id="org_b")  # fmt: skip
+    copied = dataclasses.replace(stolen, org_id="org_b")
     await repo.put(copied, now=0)
     assert await c.get("org_b", key("k")) is None  # the associated data names org_a
     assert await c.candidates("org_b", key("scope")) == []
