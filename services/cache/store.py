@@ -5,12 +5,14 @@ Entries are sealed here (services/cache/sealing.py) before they reach a store
 (storage/response_cache.py for `store = "database"`, storage/response_cache_redis.py for
 `"redis"`), so no prompt or answer is in clear in the database or in Redis.
 
-Failure policy: `get`, `put` and `candidates` never fail a request. A store that cannot be
-reached (StorageError) or an entry that does not open (another org's row copied here, a
-rotated master key, a damaged value) is a miss (`get` None, `candidates` without it) or a
-put not done; each is counted (`failures`, `unopenable`) and logged at most every 10 s without
-content. Bugs (anything else) propagate. `purge` is an API call: its failures propagate (the
-request layer answers StorageUnavailable as 503).
+Failure policy: `get`, `put` and `candidates` never raise (cancellation aside): the cache is an
+optimisation and never fails a request. A store that cannot be reached (StorageError), or fails
+otherwise (a PostgreSQL deadlock between two instances' evictions, a bug), is a miss (`get`
+None, `candidates` []) or a put not done, counted in `failures`; an entry that does not open
+(another org's row copied here, a rotated master key, a damaged value) is a miss counted in
+`unopenable`. Both are logged at most every 10 s, without content: a StorageError by its type,
+anything else with its traceback. `purge` is an API call: its failures propagate (the request
+layer answers StorageUnavailable as 503).
 
 Bounds: an answer over `max_entry_bytes` is not stored (`oversize`). `max_entries` and
 `max_bytes` are kept amortised: after a put, the store's totals are estimated (last measured,
@@ -107,12 +109,12 @@ class ResponseCache:
         try:
             entry = await self.store.get(org_id, key, now=self.clock())
             answer = None if entry is None else self._open(entry)
-        except StorageError as exc:
-            self._failed("get", exc)
-            answer = None
         except CacheUnopenable as exc:
             self.counters.unopenable += 1
             self._failed("open", exc, count=False)
+            answer = None
+        except Exception as exc:  # the failure policy (module docstring)
+            self._failed("get", exc)
             answer = None
         if answer is None:
             self.counters.misses += 1
@@ -176,7 +178,7 @@ class ResponseCache:
         except CacheUnopenable as exc:  # a retired master key: nothing sealed under it
             self._failed("seal", exc)
             return
-        except StorageError as exc:
+        except Exception as exc:
             self._failed("put", exc)
             return
         self.counters.stores += 1
@@ -205,7 +207,7 @@ class ResponseCache:
                 max_entries=max(0, int(self.max_entries * self.low_water)),
                 max_bytes=max(0, int(self.max_bytes * self.low_water)),
             )
-        except StorageError as exc:
+        except Exception as exc:
             self._failed("maintain", exc)
             totals.since = 0  # not again at once: after another `measure_every` puts
             return
@@ -224,7 +226,7 @@ class ResponseCache:
         newest first; an entry that does not open is left out, a failure gives []."""
         try:
             found = await self.store.candidates(org_id, scope, now=self.clock(), limit=limit)
-        except StorageError as exc:
+        except Exception as exc:
             self._failed("candidates", exc)
             return []
         out = []
@@ -281,4 +283,12 @@ class ResponseCache:
         now = self.clock()
         if now - self._logged_at >= _LOG_EVERY_US:
             self._logged_at = now
-            log.warning("response cache %s failed (a miss): %s", what, type(exc).__name__)
+            # A store's own failure by its type (no content); anything else with its
+            # traceback, as the bug it likely is (the values in play are sealed).
+            expected = isinstance(exc, StorageError | CacheUnopenable)
+            log.warning(
+                "response cache %s failed (a miss): %s",
+                what,
+                type(exc).__name__,
+                exc_info=None if expected else exc,
+            )

@@ -16,6 +16,8 @@ from services.cache.store import CachedAnswer, ResponseCache
 from tests.gateway.keys_client import create_key, error_of
 from tests.harness import Gateway, gateway_config, running_gateway
 
+pytestmark = pytest.mark.storage
+
 PATH = "/v1/cache/purge"
 
 

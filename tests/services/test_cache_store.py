@@ -22,6 +22,8 @@ from storage import Storage
 from storage.errors import StorageUnavailable
 from storage.response_cache import ResponseCacheRepository
 
+pytestmark = pytest.mark.storage
+
 PROMPT = "the secret prompt about aardvarks"
 ANSWER = b'{"choices":[{"message":{"content":"zebra-answer-plaintext"}}]}'
 
@@ -214,21 +216,32 @@ async def _fill_org(c: ResponseCache, org: str, mock_clock: trio.testing.MockClo
     await c.put("org_y", key("0"), answer(), model="m1", key_id="key_1", ttl_s=6000)
 
 
-class _Down:
-    """A store that cannot be reached."""
+class _Failing:
+    """A store whose every call raises `error`."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
     def __getattr__(self, name: str) -> object:
         async def fail(*args: object, **kwargs: object) -> None:
-            raise StorageUnavailable("down")
+            raise self.error
 
         return fail
 
 
-async def test_a_store_failure_is_a_miss_counted_but_purge_raises() -> None:
-    c = ResponseCache(_Down(), CacheSealer(MASTER), WallClock().now_us, 10, 10**6, 10**6)  # type: ignore[arg-type]
+@pytest.mark.parametrize("error", [StorageUnavailable("down"), RuntimeError("deadlock")])
+async def test_a_store_failure_is_a_miss_counted_but_purge_raises(
+    error: Exception, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _Failing(error)
+    c = ResponseCache(store, CacheSealer(MASTER), WallClock().now_us, 10, 10**6, 10**6)  # type: ignore[arg-type]
     await c.put("org_a", key("k"), answer(), model="m", key_id=None, ttl_s=60)
     assert await c.get("org_a", key("k")) is None
     assert await c.candidates("org_a", key("s")) == []
-    assert c.counters.failures == 3 and c.counters.stores == 0
-    with pytest.raises(StorageUnavailable):
+    assert c.counters.failures == 3 and c.counters.stores == 0 and c.counters.misses == 1
+    logged = [r for r in caplog.records if r.name == "gateway.cache"]
+    assert len(logged) == 1  # at most every 10 s
+    assert (logged[0].exc_info is None) == isinstance(error, StorageUnavailable)
+    assert "zebra" not in caplog.text and "aardvark" not in caplog.text
+    with pytest.raises(type(error)):
         await c.purge("org_a", model=None, key_id=None, older_than_s=None, by_key_id=None)

@@ -24,7 +24,10 @@ from storage.response_cache_redis import RedisCacheStore
 from tests.backends import REDIS_URL
 from tests.services.test_cache_store import ANSWER, MASTER, PROMPT, answer, key
 
-pytestmark = pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL")
+pytestmark = [
+    pytest.mark.storage,
+    pytest.mark.skipif(REDIS_URL is None, reason="needs GATEWAY_TEST_REDIS_URL"),
+]
 
 
 @pytest.fixture
