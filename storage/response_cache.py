@@ -12,7 +12,7 @@ the same transaction (storage/events.py), so the event exists exactly when the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -72,6 +72,8 @@ class CacheStore(Protocol):
 
     async def get(self, org_id: str, key: bytes, *, now: int) -> StoredEntry | None: ...
 
+    async def touch(self, used: Sequence[tuple[str, bytes, int]], *, now: int) -> None: ...
+
     async def put(self, entry: StoredEntry, *, now: int) -> None: ...
 
     async def candidates(
@@ -96,7 +98,7 @@ _ENTRY = (
     "org_id, key, model, key_id, kind, body, prompt_tokens, completion_tokens, created_at,"
     " expires_at, scope, query, vector"
 )
-_BATCH = 1000  # rows deleted per statement by `maintain`
+_BATCH = 1000  # rows deleted or touched per statement
 
 
 def _entry(row: dict[str, Any]) -> StoredEntry:
@@ -128,16 +130,36 @@ class ResponseCacheRepository:
         self._db = db
 
     async def get(self, org_id: str, key: bytes, *, now: int) -> StoredEntry | None:
-        """The unexpired entry, counting a hit and refreshing its use, in one statement (a
-        write: in a transaction, as `fetch` on the Database may go to a read pool)."""
-        async with self._db.transaction() as tx:
-            row = await tx.fetchrow(
-                "UPDATE response_cache SET last_used_at = :now, hits = hits + 1"
-                " WHERE org_id = :org AND key = :key AND expires_at > :now"
-                f" RETURNING {_ENTRY}",
-                {"org": org_id, "key": key, "now": now},
-            )
+        """The unexpired entry: a read (on the read pool), which neither counts the hit nor
+        refreshes its use: `touch` does, later and in batches."""
+        row = await self._db.fetchrow(
+            f"SELECT {_ENTRY} FROM response_cache"
+            " WHERE org_id = :org AND key = :key AND expires_at > :now",
+            {"org": org_id, "key": key, "now": now},
+        )
         return None if row is None else _entry(row)
+
+    async def touch(self, used: Sequence[tuple[str, bytes, int]], *, now: int) -> None:
+        """Entries used since the last touch, as (org id, key, hits): their last use becomes
+        `now` and their hits grow, in one transaction with one statement per distinct hit
+        count (mostly one)."""
+        by_count: dict[int, list[tuple[str, bytes]]] = {}
+        for org_id, key, hits in used:
+            by_count.setdefault(hits, []).append((org_id, key))
+        async with self._db.transaction() as tx:
+            for hits, entries in by_count.items():
+                for start in range(0, len(entries), _BATCH):
+                    chunk = entries[start : start + _BATCH]
+                    params: dict[str, object] = {"now": now, "hits": hits}
+                    pairs = []
+                    for i, (org_id, key) in enumerate(chunk):
+                        params[f"o{i}"], params[f"k{i}"] = org_id, key
+                        pairs.append(f"(:o{i}, :k{i})")
+                    await tx.execute(
+                        "UPDATE response_cache SET last_used_at = :now, hits = hits + :hits"
+                        f" WHERE (org_id, key) IN ({', '.join(pairs)})",
+                        params,
+                    )
 
     async def put(self, entry: StoredEntry, *, now: int) -> None:
         """Store or replace the entry (a replaced one starts over: new time, no hits)."""

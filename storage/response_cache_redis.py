@@ -29,7 +29,7 @@ it). Failures raise StorageUnavailable, like the database store's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,11 +50,23 @@ _FAILURES = (coredis.exceptions.RedisError, OSError, TimeoutError)
 _GET = """
 local v = redis.call('HMGET', KEYS[1], 'expires', 'kind', 'body', 'pt', 'ct', 'created',
                      'model', 'key_id', 'scope', 'query', 'vector')
-if not v[1] or tonumber(v[1]) <= tonumber(ARGV[2]) then return nil end
-redis.call('HINCRBY', KEYS[1], 'hits', 1)
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
+if not v[1] or tonumber(v[1]) <= tonumber(ARGV[1]) then return nil end
 for i = 1, #v do if not v[i] then v[i] = '' end end
 return v
+"""
+
+# ARGV prefix, now, then (org, key hex, hits) triples: entries used since the last touch.
+_TOUCH = """
+local p, now = ARGV[1], ARGV[2]
+for i = 3, #ARGV, 3 do
+  local org, kh = ARGV[i], ARGV[i + 1]
+  local e = p .. 'E:' .. org .. ':' .. kh
+  if redis.call('EXISTS', e) == 1 then
+    redis.call('HINCRBY', e, 'hits', ARGV[i + 2])
+    redis.call('ZADD', p .. 'lru', 'XX', now, kh .. ':' .. org)
+  end
+end
+return 1
 """
 
 _PUT = """
@@ -205,6 +217,7 @@ class RedisCacheStore:
         self._timeout_s = timeout_s
         self._get = client.register_script(_GET)
         self._put = client.register_script(_PUT)
+        self._touch = client.register_script(_TOUCH)
         self._drop = client.register_script(_DROP)
         self._purge = client.register_script(_PURGE)
         self._candidates = client.register_script(_CANDIDATES)
@@ -213,11 +226,8 @@ class RedisCacheStore:
         return f"{self._p}E:{org_id}:{key.hex()}"
 
     async def get(self, org_id: str, key: bytes, *, now: int) -> StoredEntry | None:
-        member = f"{key.hex()}:{org_id}"
         with _mapped(self._timeout_s):
-            v: list[Any] | None = await self._get(
-                [self._entry_key(org_id, key), f"{self._p}lru"], [member, now]
-            )
+            v: list[Any] | None = await self._get([self._entry_key(org_id, key)], [now])
         if not v:
             return None
         expires, kind, body, pt, ct, created, model, key_id, scope, query, vector = v
@@ -236,6 +246,15 @@ class RedisCacheStore:
             query=_bytes(query) or None,
             vector=_bytes(vector) or None,
         )
+
+    async def touch(self, used: Sequence[tuple[str, bytes, int]], *, now: int) -> None:
+        """Count the hits and refresh the last use of entries used since the last touch."""
+        for start in range(0, len(used), _BATCH):
+            args: list[str | int] = [self._p, now]
+            for org_id, key, hits in used[start : start + _BATCH]:
+                args += [org_id, key.hex(), hits]
+            with _mapped(self._timeout_s):
+                await self._touch([], args)
 
     async def put(self, entry: StoredEntry, *, now: int) -> None:
         org, kh = entry.org_id, entry.key.hex()

@@ -14,6 +14,9 @@ None, `candidates` []) or a put not done, counted in `failures`; an entry that d
 anything else with its traceback. `purge` is an API call: its failures propagate (the request
 layer answers StorageUnavailable as 503).
 
+Lookups are reads (on the database's read pool, not its writer): the hits they count and the
+last use that orders eviction are written in batches (`flush`), at most a second late.
+
 Bounds: an answer over `max_entry_bytes` is not stored (`oversize`). `max_entries` and
 `max_bytes` are kept amortised: after a put, the store's totals are estimated (last measured,
 plus what this instance put since); only when the estimate passes a bound, or every
@@ -90,9 +93,13 @@ class ResponseCache:
     max_entry_bytes: int
     low_water: float = 0.9  # a maintenance pass evicts down to this share of each bound
     measure_every: int = 256  # puts between measures even under the bounds (other instances)
+    touch_every_us: int = 1_000_000  # hits are written at most this long after they happen…
+    touch_batch: int = 256  # … or once this many entries were used
     counters: CacheCounters = field(default_factory=CacheCounters)
     _totals: _Totals = field(default_factory=_Totals)
     _logged_at: int = -(10**18)
+    _used: dict[tuple[str, bytes], int] = field(default_factory=dict)  # hits not yet written
+    _touched_at: int | None = None
 
     @property
     def entries(self) -> int:
@@ -104,8 +111,10 @@ class ResponseCache:
         return self._totals.bytes
 
     async def get(self, org_id: str, key: bytes) -> CachedAnswer | None:
-        """The unexpired answer stored under `key` for `org_id` (a hit is counted and the
-        entry's last use refreshed); None on a miss or any failure."""
+        """The unexpired answer stored under `key` for `org_id`; None on a miss or any
+        failure. A lookup is one read; a hit is counted on the entry and refreshes its last
+        use in a batch written within `touch_every_us` (or `touch_batch` entries), by the
+        lookup that finds the batch due (`flush`), and before every maintenance pass."""
         try:
             entry = await self.store.get(org_id, key, now=self.clock())
             answer = None if entry is None else self._open(entry)
@@ -118,9 +127,29 @@ class ResponseCache:
             answer = None
         if answer is None:
             self.counters.misses += 1
-        else:
-            self.counters.hits += 1
+            return None
+        self.counters.hits += 1
+        used = (org_id, key)
+        self._used[used] = self._used.get(used, 0) + 1
+        now = self.clock()
+        if self._touched_at is None:
+            self._touched_at = now
+        if len(self._used) >= self.touch_batch or now - self._touched_at >= self.touch_every_us:
+            await self.flush()
         return answer
+
+    async def flush(self) -> None:
+        """Write the hits counted since the last flush, and the entries' last use (now), in
+        one batch; a failure drops them (counted)."""
+        used, self._used = self._used, {}
+        now = self.clock()
+        self._touched_at = now
+        if not used:
+            return
+        try:
+            await self.store.touch([(o, k, n) for (o, k), n in used.items()], now=now)
+        except Exception as exc:
+            self._failed("touch", exc)
 
     def _open(self, entry: StoredEntry) -> CachedAnswer:
         if entry.kind not in _KINDS:
@@ -202,6 +231,7 @@ class ResponseCache:
             return
         totals.running = True
         try:
+            await self.flush()  # eviction sees every recent use
             done = await self.store.maintain(
                 now=self.clock(),
                 max_entries=max(0, int(self.max_entries * self.low_water)),

@@ -50,20 +50,30 @@ def cache(storage: Storage, master: bytes | None = None, **bounds: int) -> Respo
 MASTER = os.urandom(32)
 
 
-async def test_round_trip_counts_hits(storage: Storage) -> None:
+async def test_round_trip_and_hits_written_in_batches(
+    storage: Storage, mock_clock: trio.testing.MockClock
+) -> None:
     c = cache(storage)
+    repo = ResponseCacheRepository(storage.db)
     assert await c.get("org_a", key("k")) is None
     await c.put("org_a", key("k"), answer(), model="m", key_id="key_1", ttl_s=60)
     got = await c.get("org_a", key("k"))
     assert got is not None and got.body == ANSWER and got.kind == "json"
     assert (got.prompt_tokens, got.completion_tokens) == (11, 7) and got.created_at_us > 0
     await c.get("org_a", key("k"))
-    assert await ResponseCacheRepository(storage.db).hits("org_a", key("k")) == 2
-    assert (c.counters.hits, c.counters.misses, c.counters.stores) == (2, 1, 1)
+    assert await repo.hits("org_a", key("k")) == 0  # not written yet: lookups are reads
+    mock_clock.jump(1)
+    await c.get("org_a", key("k"))  # a second after the first hit: the batch is due
+    assert await repo.hits("org_a", key("k")) == 3
+    row = await repo.raw("org_a", key("k"))
+    assert row is not None and int(row["last_used_at"]) > int(row["created_at"])
+    assert (c.counters.hits, c.counters.misses, c.counters.stores) == (3, 1, 1)
     sse = b"data: {}\n\ndata: [DONE]\n\n"
     await c.put("org_a", key("s"), answer(sse, "sse"), model="m", key_id=None, ttl_s=60)
     again = await c.get("org_a", key("s"))
     assert again is not None and (again.kind, again.body) == ("sse", sse)
+    await c.flush()
+    assert await repo.hits("org_a", key("s")) == 1
 
 
 async def test_expires_after_its_ttl(storage: Storage, mock_clock: trio.testing.MockClock) -> None:

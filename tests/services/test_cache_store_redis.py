@@ -62,6 +62,7 @@ async def test_round_trip_expiry_and_isolation(
     got = await c.get("org_a", key("k"))
     assert got is not None and (got.kind, got.body, got.prompt_tokens) == ("json", ANSWER, 11)
     assert await c.get("org_b", key("k")) is None
+    await c.flush()
     assert int(await redis.hget(f"{prefix}E:org_a:{key('k').hex()}", "hits") or 0) == 1
     ttl = await redis.pttl(f"{prefix}E:org_a:{key('k').hex()}")
     assert 0 < ttl <= 31_000  # Redis expires it too
