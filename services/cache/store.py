@@ -15,7 +15,8 @@ anything else with its traceback. `purge` is an API call: its failures propagate
 layer answers StorageUnavailable as 503).
 
 Lookups are reads (on the database's read pool, not its writer): the hits they count and the
-last use that orders eviction are written in batches (`flush`), at most a second late.
+last use that orders eviction are written in batches (`flush`) by the first lookup or store a
+second after the batch began, and before every maintenance pass (so eviction sees them all).
 
 Bounds: an answer over `max_entry_bytes` is not stored (`oversize`). `max_entries` and
 `max_bytes` are kept amortised: after a put, the store's totals are estimated (last measured,
@@ -127,16 +128,21 @@ class ResponseCache:
             answer = None
         if answer is None:
             self.counters.misses += 1
-            return None
-        self.counters.hits += 1
-        used = (org_id, key)
-        self._used[used] = self._used.get(used, 0) + 1
+        else:
+            self.counters.hits += 1
+            used = (org_id, key)
+            self._used[used] = self._used.get(used, 0) + 1
+        await self._flush_if_due()
+        return answer
+
+    async def _flush_if_due(self) -> None:
+        if not self._used:
+            return
         now = self.clock()
         if self._touched_at is None:
             self._touched_at = now
         if len(self._used) >= self.touch_batch or now - self._touched_at >= self.touch_every_us:
             await self.flush()
-        return answer
 
     async def flush(self) -> None:
         """Write the hits counted since the last flush, and the entries' last use (now), in
@@ -211,6 +217,7 @@ class ResponseCache:
             self._failed("put", exc)
             return
         self.counters.stores += 1
+        await self._flush_if_due()
         totals = self._totals
         totals.entries += 1
         totals.bytes += entry.size
