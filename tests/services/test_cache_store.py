@@ -255,3 +255,15 @@ async def test_a_store_failure_is_a_miss_counted_but_purge_raises(
     assert "zebra" not in caplog.text and "aardvark" not in caplog.text
     with pytest.raises(type(error)):
         await c.purge("org_a", model=None, key_id=None, older_than_s=None, by_key_id=None)
+
+
+async def test_a_retired_master_key_stores_and_finds_nothing(storage: Storage) -> None:
+    retired = False
+    c = cache(storage)
+    c.sealer = CacheSealer(MASTER, retired=lambda: retired)
+    await c.put("org_a", key("k"), answer(), model="m", key_id=None, ttl_s=60)
+    retired = True  # a rotation elsewhere: this instance's key is an old one now
+    assert await c.get("org_a", key("k")) is None
+    await c.put("org_a", key("j"), answer(), model="m", key_id=None, ttl_s=60)
+    assert await ResponseCacheRepository(storage.db).raw("org_a", key("j")) is None
+    assert (c.counters.unopenable, c.counters.failures, c.counters.stores) == (1, 1, 1)
