@@ -21,6 +21,7 @@ from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from gateway.area import A, Areas
 from gateway.audio.area import open_audio
+from gateway.cache.area import open_cache
 from gateway.config import Config, ProviderConfig
 from gateway.config.master_key import load_master_key
 from gateway.core import Core, start_core
@@ -55,8 +56,9 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
     """Every API area, in the order its routes are served and documented (the operations area
     is the app's: gateway/app.py). An area is given the core and the areas it needs."""
     async with AsyncExitStack() as owned:
+        cache = open_cache(core)
         mirror = await open_mirror(core)
-        inference = await open_inference(core, None, mirror)
+        inference = await open_inference(core, cache.cache, mirror)
         files = await owned.enter_async_context(open_files(core))
         yield Areas(
             (
@@ -72,6 +74,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 await open_fine_tuning(core, files),
                 await open_webhooks(core),
                 mirror,
+                cache,
             )
         )
 

@@ -10,6 +10,7 @@ import msgspec
 
 from protocol.credentials import CredentialKind
 from storage.events import Event
+from tests.harness import Gateway
 from tests.inference import Rig
 
 PII_BLOCK = """
@@ -45,9 +46,14 @@ def upstream_chats(rig: Rig) -> list[Any]:
 
 
 async def events_of(rig: Rig, type: str) -> list[Event]:
-    runtime = rig.gateway.runtime
+    return await events_of_org(rig.gateway, type)
+
+
+async def events_of_org(gateway: Gateway, type: str) -> list[Event]:
+    """The events of `type` of the gateway's organization, once its writer has flushed."""
+    runtime = gateway.runtime
     await runtime.event_writer.flush()
-    stored = await runtime.storage.events.list_for_org(rig.gateway.org_id, limit=10_000)
+    stored = await runtime.storage.events.list_for_org(gateway.org_id, limit=10_000)
     return [e for e in stored if e.type == type]
 
 

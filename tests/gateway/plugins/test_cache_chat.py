@@ -135,3 +135,39 @@ cache_hit_usd_per_mtok = 100
         # Not every model caches: `small` does not (enabled = false).
         r = await rig.chat(chat_body("hi", temperature=0))
         assert "x-gateway-cache" not in r.headers
+
+
+SEMANTIC = """
+[cache]
+enabled = true
+mode = "semantic"
+embeddings_model = "embed"
+semantic_threshold = 0.8  # the simulated upstream's stand-in embeddings (docs/cache.md)
+"""
+
+
+async def test_semantic_mode_hits_a_paraphrase_and_misses_another_question(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with inference_rig(database_url, tmp_path, extra_toml=SEMANTIC) as rig:
+        system = {"role": "system", "content": "You are the help desk."}
+
+        def ask(text: str, system_prompt: dict[str, str] = system) -> dict[str, object]:
+            return chat_body(text, temperature=0) | {
+                "messages": [system_prompt, {"role": "user", "content": text}]
+            }
+
+        first = await rig.chat(ask("How do I reset my password?"))
+        assert first.headers["x-gateway-cache"] == "miss"
+        await wait_until(lambda: stores(rig) == 1)
+        paraphrase = await rig.chat(ask("how can I reset my password"))
+        assert paraphrase.headers["x-gateway-cache"] == "hit"
+        assert paraphrase.content == first.content
+        for other in (
+            ask("How do I reset my username?"),  # another question, much the same words
+            ask("How do I reset my password?", {"role": "system", "content": "Be a pirate."}),
+        ):
+            r = await rig.chat(other)
+            assert r.headers["x-gateway-cache"] == "miss", other
+        assert _plugins(rig).cache.stats.semantic_hits == 1
+        assert len(upstream_chats(rig)) == 3

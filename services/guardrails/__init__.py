@@ -1,0 +1,1 @@
+"""Guardrails: PII, prompt injection and classifier checks on requests and answers."""
