@@ -1,20 +1,24 @@
 """Finding personal data and secrets in text: `find_pii` and `redact`.
 
 The guardrails call this on every request of a model with a PII guardrail and on every chunk
-of its streamed answer, so clean text must cost little. The work is in three steps:
+of its streamed answer, so clean text must cost little. CPython's regex engine tests every
+byte at some 10–25 ns unless a pattern starts with a literal, so no pattern is run over the
+whole text; the work is in three steps (measured in docs/guardrails.md):
 
 1. Gates. The text is encoded to UTF-8 once (every value of these kinds is ASCII, so bytes
-   regexes with ASCII classes find them, and the encoding of ASCII text is a copy). A kind is
-   looked for only where something it needs is present, found by substring searches and one
-   literal-prefixed regex, the cheapest scans Python has: "@" for emails, the secrets' fixed
-   prefixes ("sk-", "AKIA", "-----BEGIN", …), "::" for compressed IPv6, and for every numeric
-   kind a cluster of at least four digits no more than three characters apart, looked for
-   in a copy of the text where each digit is "0" (`_CLUSTER`).
-2. Candidates. Each kind's regex (services/guardrails/pii_rules.py) runs only on windows
-   around those places, 48 bytes either side (more than any value reaches past its digits).
-3. Validation. Checksums (Luhn, mod 97, the national ids' check digits via python-stdnum),
-   numbering plans (Google's phonenumbers) and the `ipaddress` parser decide; a candidate
-   that runs on ("4111 1111 1111 1111 2024") is tried cut at each separator.
+   regexes with ASCII classes find them; encoding ASCII text is a copy). Each kind is looked
+   for only where something it needs is, found by one-byte searches (memchr) and one
+   literal-led regex: "@" for emails, the byte of each secret's fixed prefix ("-" of "sk-"
+   and "-----BEGIN", "_" of "ghp_", "A" of "AKIA", "J" of "eyJ"), "::" for compressed IPv6,
+   and for the numeric kinds a cluster of at least four digits no more than three bytes
+   apart, found in a copy of the text where each digit is "0" (`_CLUSTER`).
+2. Candidates. A numeric rule (services/guardrails/pii_rules.py) is tried with an anchored
+   `match` only at the starts of tokens in or just before a cluster, and only if it can
+   start with that byte and needs no more digits than the cluster has; emails and secrets
+   are matched where their gate's byte is.
+3. Validation. Checksums (Luhn, mod 97, the national ids' check digits, via python-stdnum),
+   numbering plans (Google's phonenumbers) and the `ipaddress` parser decide; a phone number
+   or IBAN candidate that runs on into the next group is tried cut at each separator.
 
 Overlaps are settled by kind (a secret, then a card, an IBAN, a national id, an email, an IP
 address, a phone number), then length. Offsets are in characters of the text given.
@@ -72,7 +76,8 @@ _STARTS = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef+(:")
 # so the per-token work in Python is for numbers only.
 _TOKEN_START = re.compile(rb"(?<![A-Za-z0-9_])(?:[0-9+(:]|[A-Z][A-Z0-9-]|[a-f][0-9A-Fa-f]{0,3}:)")
 _DIGITS = tuple(bytes([c]) for c in b"0123456789")
-_SECRET_ANCHOR_BYTES = tuple(dict.fromkeys(bytes([a[0]]) for a in rules.SECRET_ANCHORS))
+_AT = re.compile(rb"@")
+_DOUBLE_COLON = re.compile(rb"::")
 # Digits to "0", everything else to a space: `_CLUSTER` then starts at a literal "0", which
 # the regex engine finds with a fast scan rather than testing a class at every byte.
 _SHAPE = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
@@ -95,7 +100,7 @@ def find_pii(text: str, entities: frozenset[str] = frozenset(ENTITIES)) -> list[
     data = text.encode("utf-8", "surrogatepass")
     found: list[tuple[int, int, str]] = []
     if "email" in entities and b"@" in data:
-        _scan(data, rules.EMAIL, _anchor_windows(data, b"@", 70, 260), found)
+        _scan(data, rules.EMAIL, _anchor_windows(data, _AT, 70, 260), found)
     if "secret" in entities:
         _secrets(data, found)
     if entities & _NUMERIC_KINDS:
@@ -147,7 +152,7 @@ def _numeric(
         for m in _CLUSTER.finditer(data.translate(_SHAPE))
     ]
     if b":" in data and any(r.entity == "ip_address" for rs in by_first.values() for r in rs):
-        for lo, hi in _anchor_windows(data, b"::", _BEFORE, 2):  # "::1", "fe80::1"
+        for lo, hi in _anchor_windows(data, _DOUBLE_COLON, _BEFORE, 2):  # "::1", "fe80::1"
             places.append((lo, hi, 1))
         places.sort()
     for lo, hi, digits in _merge_places(places):
@@ -182,39 +187,36 @@ def _merge_places(places: list[tuple[int, int, int]]) -> list[tuple[int, int, in
 
 
 def _secrets(data: bytes, found: list[tuple[int, int, str]]) -> None:
-    """Each secret rule tried where one of its literals starts (found by its anchor byte),
-    or over the whole text when an anchor byte is everywhere (an adversarial text)."""
-    for anchor in _SECRET_ANCHOR_BYTES:
-        if anchor not in data:
-            continue
-        literals = [a for a in rules.SECRET_ANCHORS if a[0] == anchor[0]]
-        at = data.find(anchor)
-        seen = 0
-        while at >= 0:
-            seen += 1
-            if seen > _MAX_ANCHORS:
-                for rule in {r for _, _, _, r in literals}:
+    """Each secret rule tried where one of its literals is (found by its anchor regex), or
+    over the whole text when the anchors are everywhere (an adversarial text)."""
+    for anchor, literals in rules.SECRET_ANCHORS:
+        hits = []
+        for hit in anchor.finditer(data):
+            hits.append(hit.start())
+            if len(hits) > _MAX_ANCHORS:
+                for rule in dict.fromkeys(rule for _, _, rule in literals):
                     _scan(data, rule, [(0, len(data))], found)
                 break
-            for _, offset, literal, rule in literals:
-                start = at - offset
-                if start >= 0 and data.startswith(literal, start):
-                    m = rule.pattern.match(data, start)
-                    if m is not None and (length := rule.validate(m.group())):
-                        found.append((start, start + length, rule.entity))
-            at = data.find(anchor, at + 1)
+        else:
+            for at in hits:
+                for literal, offset, rule in literals:
+                    start = at - offset
+                    if start >= 0 and data.startswith(literal, start):
+                        m = rule.pattern.match(data, start)
+                        if m is not None and (length := rule.validate(m.group())):
+                            found.append((start, start + length, rule.entity))
 
 
-def _anchor_windows(data: bytes, literal: bytes, before: int, after: int) -> list[tuple[int, int]]:
-    """Windows around each occurrence of `literal`, or the whole text when there are many
-    (a window per hit would cost more than one pass)."""
+def _anchor_windows(
+    data: bytes, anchor: re.Pattern[bytes], before: int, after: int
+) -> list[tuple[int, int]]:
+    """Windows around each hit of `anchor` (a literal-led regex), or the whole text when
+    there are many (a window per hit would cost more than one pass)."""
     spans: list[tuple[int, int]] = []
-    at = data.find(literal)
-    while at >= 0:
+    for hit in anchor.finditer(data):
         if len(spans) == _MAX_ANCHORS:
             return [(0, len(data))]
-        spans.append((at - before, at + len(literal) + after))
-        at = data.find(literal, at + 1)
+        spans.append((hit.start() - before, hit.end() + after))
     return _merge(spans)
 
 

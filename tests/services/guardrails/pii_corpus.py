@@ -509,6 +509,9 @@ CLEAN = [
     "0800 FREEPHONE",
     # versions and addresses that are not IPs
     "1.2.3",
+    "RFC 3986 6.2.2.2",
+    "version 2.4.1.0",
+    "Section 1.2.3.4",
     "10.0.1",
     "256.1.1.1",
     "192.168.1",
