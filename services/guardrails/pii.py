@@ -15,7 +15,7 @@ whole text; the work is in three steps (measured in docs/guardrails.md):
 2. Candidates. A numeric rule (services/guardrails/pii_rules.py) is tried with an anchored
    `match` only at the starts of tokens in or just before a cluster, and only if it can
    start with that byte and needs no more digits than the cluster has; emails and secrets
-   are matched where their gate's byte is.
+   (pii_secrets.py) are matched where their gate's byte is.
 3. Validation. Checksums (Luhn, mod 97, the national ids' check digits, via python-stdnum),
    numbering plans (Google's phonenumbers) and the `ipaddress` parser decide; a phone number
    or IBAN candidate that runs on into the next group is tried cut at each separator.
@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from services.guardrails import pii_rules as rules
+from services.guardrails import pii_secrets
 
 ENTITIES: tuple[str, ...] = (
     "email",
@@ -49,10 +50,11 @@ ENTITIES: tuple[str, ...] = (
     "secret",
 )
 TAGS: dict[str, str] = {entity: f"[{entity.upper()}]" for entity in ENTITIES}
+_KNOWN = frozenset(ENTITIES)
 
-# The longest text one match spans (a value longer than this, only ever a secret, is several
-# matches). The longest single values: an email (64 + 1 + a domain), a GitHub fine-grained
-# token (93), an Anthropic key (108); an OpenAI project key (164) is one match too.
+# The longest text one match spans: a longer value (a PEM block, a JWT, an email with an
+# implausibly long domain) is several touching matches. The longest common single values fit:
+# a GitHub fine-grained token (93), an Anthropic key (108), an OpenAI project key (164).
 MAX_MATCH_CHARS: int = 200
 
 # Precedence when candidates of two kinds overlap: the more specific (checksummed or
@@ -95,6 +97,8 @@ class PiiMatch:
 
 def find_pii(text: str, entities: frozenset[str] = frozenset(ENTITIES)) -> list[PiiMatch]:
     """The values of the given kinds in `text`, sorted by start, none overlapping."""
+    if not entities <= _KNOWN:
+        raise ValueError(f"unknown PII kinds: {sorted(entities - _KNOWN)}")
     if not text:
         return []
     data = text.encode("utf-8", "surrogatepass")
@@ -189,7 +193,7 @@ def _merge_places(places: list[tuple[int, int, int]]) -> list[tuple[int, int, in
 def _secrets(data: bytes, found: list[tuple[int, int, str]]) -> None:
     """Each secret rule tried where one of its literals is (found by its anchor regex), or
     over the whole text when the anchors are everywhere (an adversarial text)."""
-    for anchor, literals in rules.SECRET_ANCHORS:
+    for anchor, literals in pii_secrets.SECRET_ANCHORS:
         hits = []
         for hit in anchor.finditer(data):
             hits.append(hit.start())

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services.guardrails import pii_rules
+from services.guardrails import pii_rules, pii_secrets
 from services.guardrails.pii import ENTITIES, MAX_MATCH_CHARS, TAGS, PiiMatch, find_pii, redact
 from tests.services.guardrails.pii_corpus import corpus, score
 
@@ -149,6 +149,8 @@ def test_only_the_kinds_asked_for_are_looked_for() -> None:
         ("secret", "AKIAIOSFODNN7EXAMPLE"),
     ]
     assert find_pii(text, frozenset()) == []
+    with pytest.raises(ValueError, match="mail"):  # a typo in a guardrail's list is loud
+        find_pii(text, frozenset({"mail"}))
 
 
 def test_offsets_are_characters_in_non_ascii_text() -> None:
@@ -234,7 +236,7 @@ def _unbounded_repeats(pattern: bytes) -> list[str]:
 
 
 def test_every_pattern_repeats_a_bounded_number_of_times() -> None:
-    rules = [*pii_rules.NUMERIC, pii_rules.EMAIL, *pii_rules.SECRETS]
+    rules = [*pii_rules.NUMERIC, pii_rules.EMAIL, *pii_secrets.SECRETS]
     for rule in rules:
         assert _unbounded_repeats(rule.pattern.pattern) == [], rule.pattern.pattern
     assert _unbounded_repeats(b"a(?:b+c)*") != []  # the walk sees nested repeats
