@@ -3,8 +3,9 @@
     python -m bench.pii_eval [--repeat N]
 
 Prints, on the labelled corpus of tests/services/guardrails/pii_corpus.py, each kind's recall,
-precision and false-positive rate (the share of clean samples where it reported something),
-then µs per `find_pii` call (best of 5 runs of N calls each, N defaulting to 2,000) on:
+precision and false-positive rate (the share of clean samples where it reported something);
+how often random strings of look-alike shapes are reported; then µs per `find_pii` call
+(best of 5 runs of N calls each, N defaulting to 2,000) on:
 
 - clean prose of 1 KB and 10 KB (ASCII, and with non-ASCII letters: the offset conversion);
 - prose with numbers that are not PII (dates, versions, prices, order numbers): the
@@ -19,10 +20,13 @@ the validators alone per candidate.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import subprocess
 import sys
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable
 
 from services.guardrails.pii import ENTITIES, MAX_MATCH_CHARS, find_pii
@@ -111,6 +115,45 @@ def timing(repeat: int) -> None:
         print(f"{name:<40} {us:>9.1f} {len(find_pii(text)):>6}")
 
 
+def _digits(rng: random.Random, n: int) -> str:
+    return "".join(str(rng.randint(0, 9)) for _ in range(n))
+
+
+def lookalikes(count: int = 1000) -> None:
+    """Random strings of common non-PII shapes, and of shapes where a random value is often a
+    valid one (a random 16-digit number passes Luhn one time in ten): how often each is
+    reported, by kind."""
+    rng = random.Random(23)
+    d = functools.partial(_digits, rng)
+    shapes: dict[str, Callable[[], str]] = {
+        "UUID": lambda: str(uuid.UUID(int=rng.getrandbits(128))),
+        "SHA-1 hex": lambda: f"{rng.getrandbits(160):040x}",
+        "ISO timestamp": lambda: (
+            f"20{d(2)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+            f"T{rng.randint(0, 23):02d}:{d(1)}{d(1)}:{d(2)}Z"
+        ),
+        "date 27.11.2026": lambda: f"{rng.randint(1, 28):02d}.{rng.randint(1, 12):02d}.{d(4)}",
+        "version 12.0.19041.1": lambda: f"{rng.randint(0, 20)}.{d(1)}.{d(5)}.{d(3)}",
+        "price $12,345.67": lambda: f"${rng.randint(1, 99999):,}.{d(2)}",
+        "MAC address": lambda: ":".join(f"{rng.getrandbits(8):02x}" for _ in range(6)),
+        "order number, 10 digits": lambda: "Order #" + d(10),
+        "ISBN-13": lambda: f"978-{d(1)}-{d(2)}-{d(6)}-{d(1)}",
+        "tracking, 22 digits": lambda: "94" + d(20),
+        "16 digits": lambda: d(16),
+        "4 groups of 4 digits": lambda: f"{d(4)} {d(4)} {d(4)} {d(4)}",
+        "ddd-ddd-dddd": lambda: f"{d(3)}-{d(3)}-{d(4)}",
+        "0dd ddd ddd": lambda: f"0{d(2)} {d(3)} {d(3)}",
+    }
+    print(f"\n{'random look-alikes (' + str(count) + ' each)':<40} reported")
+    for name, make in shapes.items():
+        kinds: Counter[str] = Counter()
+        for _ in range(count):
+            text = f"value {make()} here"
+            kinds.update({m.entity for m in find_pii(text)})
+        found = ", ".join(f"{k} {n / count:.1%}" for k, n in kinds.most_common()) or "nothing"
+        print(f"{name:<40} {found}")
+
+
 def validators(repeat: int) -> None:
     """What one candidate costs each library, valid (the dearest case: no early exit)."""
     import ipaddress
@@ -140,6 +183,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2000)
     args = parser.parse_args()
     quality()
+    lookalikes()
     timing(args.repeat)
     validators(args.repeat)
 

@@ -17,8 +17,8 @@ whole text; the work is in three steps (measured in docs/guardrails.md):
    start with that byte and needs no more digits than the cluster has; emails and secrets
    (pii_secrets.py) are matched where their gate's byte is.
 3. Validation. Checksums (Luhn, mod 97, the national ids' check digits, via python-stdnum),
-   numbering plans (Google's phonenumbers) and the `ipaddress` parser decide; a phone number
-   or IBAN candidate that runs on into the next group is tried cut at each separator.
+   numbering plans (Google's phonenumbers) and the `ipaddress` parser decide; an IBAN
+   candidate that runs on into the next group is tried cut at each space.
 
 Overlaps are settled by kind (a secret, then a card, an IBAN, a national id, an email, an IP
 address, a phone number), then length. Offsets are in characters of the text given.

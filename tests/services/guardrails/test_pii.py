@@ -84,6 +84,8 @@ def test_the_corpus_meets_the_acceptance_thresholds() -> None:
         "1.2.3",
         "2001:db8::g",
         "+1 555",  # too short for any plan
+        "0039 0405 7296 1234",  # a phone number only if cut short: a 16-digit reference
+        "9400 1000 0000 0000 0000 00",  # a card only if cut short: a tracking number
         "eyJub3RhbGciOiJ4In0.e30.x",  # decodes, but no "alg"
         "sk-short",
         "AKIA1234",
