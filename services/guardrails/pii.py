@@ -108,7 +108,7 @@ def find_pii(text: str, entities: frozenset[str] = frozenset(ENTITIES)) -> list[
     if "secret" in entities:
         _secrets(data, found)
     if entities & _NUMERIC_KINDS:
-        _numeric(data, _numeric_rules(entities), found)
+        _numeric(data, _numeric_rules(entities), "ip_address" in entities, found)
     if not found:
         return []
     return _to_chars(text, data, _split_long(_resolve(found)))
@@ -141,7 +141,10 @@ def _numeric_rules(entities: frozenset[str]) -> dict[int, tuple[rules.Rule, ...]
 
 
 def _numeric(
-    data: bytes, by_first: dict[int, tuple[rules.Rule, ...]], found: list[tuple[int, int, str]]
+    data: bytes,
+    by_first: dict[int, tuple[rules.Rule, ...]],
+    ipv6: bool,
+    found: list[tuple[int, int, str]],
 ) -> None:
     """The numeric rules, tried only where a value could start: at the start of a token (a
     byte after no letter or digit) from a little before to the end of each cluster of
@@ -155,7 +158,7 @@ def _numeric(
         (m.start() - _BEFORE, m.end(), m.group().count(48))
         for m in _CLUSTER.finditer(data.translate(_SHAPE))
     ]
-    if b":" in data and any(r.entity == "ip_address" for rs in by_first.values() for r in rs):
+    if ipv6 and b":" in data:
         for lo, hi in _anchor_windows(data, _DOUBLE_COLON, _BEFORE, 2):  # "::1", "fe80::1"
             places.append((lo, hi, 1))
         places.sort()

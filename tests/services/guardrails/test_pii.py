@@ -55,6 +55,8 @@ def test_the_corpus_meets_the_acceptance_thresholds() -> None:
     assert sum(1 for s in samples if s.note == "clean") >= 200
     assert set(scores) == set(ENTITIES), "every kind has values in the corpus"
     report = "\n".join(misses)
+    longest = max(m.end - m.start for s in samples for m in find_pii(s.text))
+    assert longest <= MAX_MATCH_CHARS
     for entity in ENTITIES:
         assert scores[entity].positives >= 25, entity
         assert scores[entity].recall >= 0.98, f"{entity}\n{report}"
