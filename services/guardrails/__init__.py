@@ -1,1 +1,5 @@
-"""Guardrails: PII, prompt injection and classifier checks on requests and answers."""
+"""Guardrails: checks the gateway runs on request text and on streamed model output.
+
+`pii` finds personal data and secrets (`find_pii`) and masks them (`redact`). Pure functions
+of text: no I/O, no configuration.
+"""
