@@ -139,7 +139,7 @@ class Guardrail:
         finding = Blocked(settings.name, category, stage=stage, kind=settings.kind)
         self._report(exchange, finding, settings.action, event)
         if settings.action == "redact":
-            return [Replacement(start, end, TAGS[entity]) for start, end, entity in spans]
+            return _merged([Replacement(start, end, TAGS[entity]) for start, end, entity in spans])
         return []
 
     async def _find(self, text: str, stage: Stage) -> list[tuple[int, int, str]]:
@@ -176,3 +176,14 @@ class _OutputCheck:
 
     async def check(self, text: str, *, final: bool) -> Sequence[Replacement]:
         return await self._guardrail.findings(text, "output", exchange=self._exchange)
+
+
+def _merged(spans: list[Replacement]) -> list[Replacement]:
+    """Touching spans of one tag as one (a long secret is found in pieces: one `[SECRET]`)."""
+    out: list[Replacement] = []
+    for span in spans:
+        if out and out[-1].end == span.start and out[-1].tag == span.tag:
+            out[-1] = Replacement(out[-1].start, span.end, span.tag)
+        else:
+            out.append(span)
+    return out
