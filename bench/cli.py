@@ -21,7 +21,7 @@ import trio
 from bench.audio import AudioOptions, run_audio
 from bench.audio import report_json as audio_report
 from bench.audio import table as audio_table
-from bench.compare import compare_billing, compare_events, compare_revision
+from bench.compare import compare_billing, compare_events, compare_guardrails, compare_revision
 from bench.failover import DEFAULT_FAULT, run_failover
 from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
@@ -32,6 +32,7 @@ from bench.report import (
     Row,
     billing_overhead,
     events_overhead,
+    guardrails_overhead,
     head_against_base,
     terminal_table,
     workers_scaling,
@@ -114,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     billing.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
     billing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
     billing.add_argument("--out", type=Path, help="write bench.csv here")
+
+    guardrails = commands.add_parser(
+        "guardrails",
+        help="a PII guardrail (input and output) and no plugin loaded at the same time on one "
+        "CPU: what the guardrail costs",
+    )
+    guardrails.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
+    guardrails.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    guardrails.add_argument("--out", type=Path, help="write bench.csv here")
 
     events = commands.add_parser(
         "events",
@@ -226,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, events, compare, ratelimit, failover, run):
+    for sub in (suite, billing, guardrails, events, compare, ratelimit, failover, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -380,14 +390,18 @@ def main(argv: list[str] | None = None) -> int:
                 billing=not args.no_billing,
             )
             rows = trio.run(run_suite, options)
-        elif args.command in ("billing", "events"):
+        elif args.command in ("billing", "events", "guardrails"):
             options = SuiteOptions(
                 concurrency=args.concurrency,
                 duration_s=args.duration,
                 warmup_s=args.warmup,
                 progress=not args.no_progress,
             )
-            both = compare_billing if args.command == "billing" else compare_events
+            both = {
+                "billing": compare_billing,
+                "events": compare_events,
+                "guardrails": compare_guardrails,
+            }[args.command]
             rows = trio.run(both, options)
         elif args.command == "ratelimit":
             options = SuiteOptions(
@@ -427,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     print(workers_scaling(rows), end="")
     print(billing_overhead(rows), end="")
     print(events_overhead(rows), end="")
+    print(guardrails_overhead(rows), end="")
     print(head_against_base(rows), end="")
     print(sides, end="")
     if args.out is not None:

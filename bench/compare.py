@@ -1,6 +1,6 @@
 """Two gateways loaded at the same time: `bench billing` (billing on against off), `bench
-events` (every success an event against none) and `bench compare` (this tree against an
-earlier revision).
+events` (every success an event against none), `bench guardrails` (a PII guardrail against
+no plugin) and `bench compare` (this tree against an earlier revision).
 
 Each side is a stack of its own (this tree's simulated upstream and a gateway); both gateways
 are pinned to the same CPU and loaded at once, so this machine's speed drift hits both alike
@@ -36,6 +36,15 @@ from bench.suite import (
 BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
 BASE, HEAD = "base", "head"
 EVENTS_ALL, EVENTS_NONE = "events-all", "events-none"
+GUARDRAILS_ON, GUARDRAILS_OFF = "pii-guardrail", "no-plugins"
+# A PII guardrail on every model, on the request and on the answer (JSON and streamed).
+PII_GUARDRAIL = """
+[[guardrails]]
+name = "pii"
+kind = "pii"
+stages = ["input", "output"]
+action = "block"
+"""
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,7 @@ class Side:
     success_sample_rate: float | None = None  # [webhooks] completion_success_sample_rate
     redis_url: str | None = None  # multi-instance mode
     key_rpm: int | None = None  # the load key's rate_limit_rpm
+    extra_toml: str = ""  # appended to the gateway's config (e.g. guardrails)
 
 
 async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list[Row]:
@@ -82,6 +92,7 @@ async def compare_sides(sides: tuple[Side, Side], options: SuiteOptions) -> list
                     code=side.code,
                     redis_url=side.redis_url,
                     key_rpm=side.key_rpm,
+                    extra_toml=side.extra_toml,
                 )
 
             # Two rounds, each stack started and loaded first once: with identical work on
@@ -116,6 +127,15 @@ async def compare_events(options: SuiteOptions) -> list[Row]:
             Side(EVENTS_NONE, success_sample_rate=0.0),
         ),
         options,
+    )
+
+
+async def compare_guardrails(options: SuiteOptions) -> list[Row]:
+    """A PII guardrail on input and output against no plugin at all, this tree's gateway on
+    both sides (`bench guardrails`; report.guardrails_overhead): what the guardrail costs a
+    request, its stream held back and checked chunk by chunk."""
+    return await compare_sides(
+        (Side(GUARDRAILS_ON, extra_toml=PII_GUARDRAIL), Side(GUARDRAILS_OFF)), options
     )
 
 

@@ -201,6 +201,13 @@ def events_overhead(results: Sequence[Row]) -> str:
     )
 
 
+def guardrails_overhead(results: Sequence[Row]) -> str:
+    """`pii-guardrail` against `no-plugins` rows (`bench guardrails`), per mode."""
+    return side_by_side(
+        results, "pii-guardrail", "no-plugins", labels=("a PII guardrail", "no plugin")
+    )
+
+
 def head_against_base(results: Sequence[Row]) -> str:
     """`head` against `base` rows (`bench compare`), per mode."""
     return side_by_side(results, "head", "base")

@@ -21,6 +21,7 @@ from actors.supervisor import Supervisor
 from actors.upstream import UpstreamClient, Upstreams
 from gateway.area import A, Areas
 from gateway.audio.area import open_audio
+from gateway.cache.area import open_cache
 from gateway.config import Config, ProviderConfig
 from gateway.config.master_key import load_master_key
 from gateway.core import Core, start_core
@@ -31,6 +32,7 @@ from gateway.images.area import open_images
 from gateway.inference.area import open_inference
 from gateway.keyring import unlock
 from gateway.keys.area import open_keys
+from gateway.mirror.area import open_mirror
 from gateway.provider_keys.area import open_provider_keys
 from gateway.rerank.area import open_rerank
 from gateway.responses.area import open_responses
@@ -54,7 +56,9 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
     """Every API area, in the order its routes are served and documented (the operations area
     is the app's: gateway/app.py). An area is given the core and the areas it needs."""
     async with AsyncExitStack() as owned:
-        inference = await open_inference(core)
+        cache = open_cache(core)
+        mirror = await open_mirror(core)
+        inference = await open_inference(core, cache.cache, mirror)
         files = await owned.enter_async_context(open_files(core))
         yield Areas(
             (
@@ -69,6 +73,8 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 await open_responses(core, inference),
                 await open_fine_tuning(core, files),
                 await open_webhooks(core),
+                mirror,
+                cache,
             )
         )
 

@@ -44,6 +44,7 @@ class ChatRequest(msgspec.Struct):
     # The gateway's own: models to fall back on when every deployment of `model` failed
     # (docs/routing.md); removed before the provider sees the request.
     fallbacks: Fallbacks | None = None
+    cache: bool | None = None  # the gateway's own: the response cache (docs/cache.md); removed
 
     @property
     def include_usage(self) -> bool:
@@ -144,6 +145,7 @@ def rewrite_request(body: bytes, *, model: str, force_include_usage: bool) -> by
 def _rewrite(fields: dict[str, msgspec.Raw], *, model: str, force_include_usage: bool) -> bytes:
     fields["model"] = msgspec.Raw(msgspec.json.encode(model))
     fields.pop("fallbacks", None)  # the gateway's own (docs/routing.md)
+    fields.pop("cache", None)  # the gateway's own (docs/cache.md)
     stream = fields.get("stream")
     if force_include_usage and stream is not None and bytes(stream) == b"true":
         options_raw = fields.get("stream_options")

@@ -103,6 +103,7 @@ class EmbeddingsRequest(msgspec.Struct):
     model: str
     input: Annotated[Any, msgspec.Meta(extra_json_schema=_INPUT)]
     fallbacks: Fallbacks | None = None  # the gateway's own (docs/routing.md)
+    cache: bool | None = None  # the gateway's own: the response cache (docs/cache.md)
 
 
 class Embedding(msgspec.Struct):

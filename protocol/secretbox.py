@@ -41,6 +41,7 @@ _LABEL = "model-gateway/secretbox/{purpose}/v1"
 PROVIDER_KEYS = "provider-keys"
 WEBHOOK_SECRETS = "webhook-secrets"  # context: (org id, webhook id)
 FILE_KEYS = "file-keys"  # context: (org id, file id); see wrap_data_key
+MIRROR_ANSWERS = "mirror-answers"  # a shadow model's answer; context: (org id, mirror result id)
 
 
 def derive_key(master_key: bytes, purpose: str) -> bytes:

@@ -4,8 +4,8 @@ event carries `data.test` true and a synthetic payload). No I/O.
 Each sample has the fields the real producer writes for that type, with made-up values, so a
 receiver can be built against a test event and then see the same shape from real ones (see
 docs/webhooks.md, "Event types and their data"; tests/gateway/test_webhook_samples.py compares
-them with the producers). Types with no producer yet (endpoints, fine-tuning, guardrails,
-cache) have the shape decided here for them.
+them with the producers). Types with no producer yet (endpoints, fine-tuning, guardrails)
+have the shape decided here for them.
 """
 
 from __future__ import annotations
@@ -100,13 +100,22 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "error": {"code": "invalid_training_file", "message": "Line 3 is not valid JSON."},
     },
     "guardrail.triggered": {
-        "request_id": "req_SAMPLE00000000000000000",
+        "guardrail": "pii",
+        "kind": "pii",
+        "category": "email",
+        "action": "block",
+        "stage": "input",
         "key_id": "key_SAMPLE00000000000000000",
         "model": "gpt-4o-mini",
-        "guardrail": "pii",
-        "action": "blocked",
+        "request_id": "req_SAMPLE00000000000000000",
     },
-    "cache.purged": {"scope": "organization", "entries_removed": 128},
+    # `scope`: the criteria the purge was given (any of model, key_id, older_than_s; {} for
+    # everything of the organization); `by_key_id`: the management key that asked.
+    "cache.purged": {
+        "scope": {"model": "gpt-4o-mini", "older_than_s": 3600.0},
+        "purged": 128,
+        "by_key_id": "key_SAMPLE00000000000000000",
+    },
 }
 assert set(SAMPLES) == set(EVENT_TYPES), "one sample per event type"
 

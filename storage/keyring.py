@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from protocol.secretbox import FILE_KEYS, PROVIDER_KEYS, WEBHOOK_SECRETS
+from protocol.secretbox import FILE_KEYS, MIRROR_ANSWERS, PROVIDER_KEYS, WEBHOOK_SECRETS
 from protocol.timefmt import now_us
 from storage.database import Database, Row
 
@@ -69,6 +69,8 @@ SEALED_COLUMNS = (
     # Stored responses (storage/responses.py): each row's data key, as files'; the content,
     # encrypted under that key, is not touched by a rotation.
     SealedColumns("responses", FILE_KEYS, ("data_key_sealed",), ("org_id", "id")),
+    # Shadow models' answers (storage/mirror_results.py), sealed whole: they are small.
+    SealedColumns("mirror_results", MIRROR_ANSWERS, ("shadow_answer_sealed",), ("org_id", "id")),
 )
 
 

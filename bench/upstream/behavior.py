@@ -34,6 +34,10 @@ class UpstreamBehavior:
     tool_call: bool = False  # answer with one get_weather tool call instead of text
     report_audio_duration: bool = True  # verbose_json transcriptions carry `duration`
     keepalive_gap_s: float = 0.0  # SSE: stay silent this long after the first content chunk
+    # The answer's text instead of "tok0 tok1 ...", streamed `reply_chunk_chars` characters a
+    # chunk (0: a word a chunk); a token a word (guardrail and cache tests).
+    reply_text: str | None = None
+    reply_chunk_chars: int = 0
     # Provider keys refused with 401 on every route (the bearer token, or Anthropic's x-api-key):
     # those starting with `reject_key_prefix`, and those in `rejected_keys` (e.g. revoked later).
     reject_key_prefix: str | None = REJECTED_KEY_PREFIX

@@ -55,12 +55,23 @@ def plan_completion(
     reasoning = _fragments("think", REASONING_WORDS, per_chunk) if behavior.reasoning else ()
     if behavior.tool_call:
         return Completion((), reasoning, True, "tool_calls", TOOL_CALL_TOKENS)
+    if behavior.reply_text is not None:
+        return _given(behavior.reply_text, behavior.reply_chunk_chars, reasoning)
     n = max(0, behavior.completion_tokens - after)
     finish: Finish = "stop"
     if max_tokens is not None and max_tokens < n:
         n, finish = max_tokens, "length"
     fragments = _fragments("tok", after + n, per_chunk, after)
     return Completion(fragments, reasoning, False, finish, n)
+
+
+def _given(text: str, chunk_chars: int, reasoning: tuple[str, ...]) -> Completion:
+    """An answer of the given text, cut in chunks of `chunk_chars` characters (0: words)."""
+    if chunk_chars > 0:
+        fragments = tuple(text[i : i + chunk_chars] for i in range(0, len(text), chunk_chars))
+    else:
+        fragments = tuple(word + " " for word in text.split())
+    return Completion(fragments, reasoning, False, "stop", len(text.split()))
 
 
 def count_words(texts: Iterable[str]) -> int:

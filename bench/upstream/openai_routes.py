@@ -1,5 +1,9 @@
 """The OpenAI wire format: chat completions (JSON and SSE), embeddings, models, error bodies.
 
+Embeddings come from bench/upstream/embedding.py (similar texts, similar vectors), of the
+`dimensions` asked for (default 256), as floats or, with `encoding_format: "base64"`, as OpenAI
+sends them then: the float32 little-endian bytes in base64.
+
 Each route is a pure function from the recorded request and the behavior snapshot to a Reply;
 nothing here waits or writes (the server paces streams). Requests need `Authorization: Bearer
 <anything>`. Stream chunks carry `"usage": null` only when `stream_options.include_usage` is true,
@@ -10,11 +14,12 @@ contains "guard" (or "shieldgemma") answers as a guard model, its verdict from t
 
 from __future__ import annotations
 
-import hashlib
+import array
+import base64
+import sys
 import time
 from collections.abc import Sequence
-from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -30,9 +35,9 @@ from bench.upstream.completion import (
     count_words,
     plan_completion,
 )
+from bench.upstream.embedding import DEFAULT_DIMENSIONS, MAX_DIMENSIONS, embed
 from bench.upstream.replies import JsonReply, Reply, SseFrame, StreamReply
 
-EMBEDDING_DIMENSIONS = 8
 MODELS = ("sim-small", "sim-large")
 
 
@@ -63,6 +68,8 @@ class _ChatRequest(msgspec.Struct):
 class _EmbeddingsRequest(msgspec.Struct):
     model: str
     input: str | list[str]
+    dimensions: int | None = None
+    encoding_format: Literal["float", "base64"] = "float"
 
 
 _chat_decoder = msgspec.json.Decoder(_ChatRequest)
@@ -212,9 +219,13 @@ def embeddings(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
         asked = _embeddings_decoder.decode(request.body)
     except msgspec.DecodeError as exc:
         return error_reply(400, str(exc))
+    dimensions = DEFAULT_DIMENSIONS if asked.dimensions is None else asked.dimensions
+    if not 1 <= dimensions <= MAX_DIMENSIONS:
+        message = f"dimensions must be between 1 and {MAX_DIMENSIONS}"
+        return error_reply(400, message, param="dimensions")
     inputs = [asked.input] if isinstance(asked.input, str) else asked.input
     data = [
-        {"object": "embedding", "index": i, "embedding": _vector(text)}
+        {"object": "embedding", "index": i, "embedding": _wire(text, dimensions, asked)}
         for i, text in enumerate(inputs)
     ]
     tokens = count_words(inputs)
@@ -227,14 +238,14 @@ def embeddings(request: RecordedRequest, behavior: UpstreamBehavior) -> Reply:
     return JsonReply(200, _encode(body))
 
 
-@lru_cache(maxsize=4096)
-def _vector(text: str) -> tuple[float, ...]:
-    """EMBEDDING_DIMENSIONS floats in [-1, 1], a pure function of the text."""
-    digest = hashlib.blake2b(text.encode(), digest_size=2 * EMBEDDING_DIMENSIONS).digest()
-    return tuple(
-        round(int.from_bytes(digest[i : i + 2], "big") / 32767.5 - 1.0, 6)
-        for i in range(0, len(digest), 2)
-    )
+def _wire(text: str, dimensions: int, asked: _EmbeddingsRequest) -> list[float] | str:
+    vector = embed(text, dimensions)
+    if asked.encoding_format == "float":
+        return vector
+    packed = array.array("f", vector)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode()
 
 
 _MODELS_BODY = _encode(

@@ -12,6 +12,7 @@ from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import cancel_on_disconnect
+from gateway.plugins import flow
 from gateway.web.request import Request
 from protocol.audio.speech import check_voice, parse_speech, upstream_body
 from protocol.errors import UpstreamError
@@ -24,8 +25,12 @@ class Speech:
     async def __call__(self, http: Request) -> None:
         deps = self._deps
         call = Call(http)
-        request = parse_speech(await http.body())
+        body = await http.body()
+        request = parse_speech(body)
         model, price = await admit_model(call, deps, request.model, capability="speech")
+        checked = await flow.checked_body(deps.plugins, call, "speech", model, request.model, body)
+        if checked is not body:  # a guardrail redacted the input
+            request = parse_speech(checked)
         check_voice(model.upstream, request.voice)
         unit_price = price.usd_per_1k_chars if price is not None else None
         units = request.thousand_chars

@@ -56,7 +56,9 @@ def dotted(path: Path) -> str:
 
 
 def steps(key: str) -> Path:
-    """`providers[1].base_url` (or `.providers[1]...`, msgspec's) as ["providers", 1, ...]."""
+    """`providers[1].base_url` (or `.providers[1]...`, msgspec's) as ["providers", 1, ...].
+    A table's value (msgspec's `[...]`, e.g. `thresholds[...]`) is named by its table."""
+    key = key.replace("[...]", "")
     found = _STEP.findall(key if key.startswith((".", "[")) or not key else "." + key)
     return [name if name else int(index) for name, index in found]
 

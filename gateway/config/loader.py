@@ -255,6 +255,7 @@ def _checked(config: Config, file: str, environ: Mapping[str, str]) -> Config:
                 f"no [[models]] entry has the id {describe(default_model)}, and it is not"
                 " <provider>/<upstream model> of a configured provider",
             )
+    _check_policies(config, file, names, ids)
     if config.fine_tuning.poll_max_s < config.fine_tuning.poll_initial_s:
         raise ConfigError(file, "fine_tuning.poll_max_s", "must be at least poll_initial_s")
     for kind, settings in config.actors.items():
@@ -268,6 +269,37 @@ def _checked(config: Config, file: str, environ: Mapping[str, str]) -> Config:
     return msgspec.structs.replace(
         config, providers=tuple(providers), files=_s3_credentials(config, environ)
     )
+
+
+def _check_policies(
+    config: Config, file: str, providers: Mapping[str, str], models: Mapping[str, str]
+) -> None:
+    """Guardrails, the cache and mirrors name providers and models that exist."""
+    seen: set[str] = set()
+    for index, guardrail in enumerate(config.guardrails):
+        where = f"guardrails[{index}]"
+        if guardrail.name in seen:
+            problem = f"duplicate guardrail name {describe(guardrail.name)}"
+            raise ConfigError(file, f"{where}.name", problem)
+        seen.add(guardrail.name)
+        if guardrail.provider is not None and guardrail.provider not in providers:
+            problem = f"no provider named {describe(guardrail.provider)}"
+            raise ConfigError(file, f"{where}.provider", problem)
+        for i, name in enumerate(guardrail.models):
+            if name != "*" and name not in models:
+                problem = f"{describe(name)} is not the id of a [[models]] entry"
+                raise ConfigError(file, f"{where}.models[{i}]", problem)
+    cache = config.cache
+    if cache.embeddings_model is not None and cache.embeddings_model not in models:
+        problem = f"{describe(cache.embeddings_model)} is not the id of a [[models]] entry"
+        raise ConfigError(file, "cache.embeddings_model", problem)
+    if cache.store == "redis" and config.redis_url is None:
+        raise ConfigError(file, "cache.store", '"redis" needs redis_url')
+    for index, model in enumerate(config.models):
+        for i, mirror in enumerate(model.mirrors):
+            if mirror.model not in models or mirror.model == model.id:
+                problem = f"{describe(mirror.model)} is not the id of another [[models]] entry"
+                raise ConfigError(file, f"models[{index}].mirrors[{i}].model", problem)
 
 
 def _s3_credentials(config: Config, environ: Mapping[str, str]) -> FilesConfig:

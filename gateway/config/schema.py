@@ -19,6 +19,7 @@ from msgspec import Meta, field
 from actors.fine_tuning.settings import FineTuningConfig
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import ActorSettings
+from gateway.config.policies import CacheConfig, GuardrailConfig, MirrorConfig
 from gateway.config.routing import (
     DeploymentConfig,
     RetryStatus,
@@ -155,6 +156,11 @@ class ModelConfig(_Table, frozen=True):
     max_cooldown_s: Positive = 600.0  # the doubling stops here
     trip_failures: PositiveInt = 3  # failures among the last `trip_window` attempts trip it
     trip_window: PositiveInt = 5
+    # Policies (gateway/config/policies.py, docs/cache.md, docs/plugins.md).
+    cache: bool | None = None  # None: `[cache] enabled`
+    cache_ttl_s: Positive | None = None  # None: `[cache] ttl_s`
+    cache_hit_usd_per_mtok: Price | None = None  # an answer from the cache, per token (None: 0)
+    mirrors: tuple[MirrorConfig, ...] = ()
 
     def __post_init__(self) -> None:
         check_routing(self)
@@ -291,6 +297,8 @@ class Config(_Table, frozen=True):
     images: ImagesConfig = ImagesConfig()
     fine_tuning: FineTuningConfig = FineTuningConfig()
     database: DatabaseConfig = DatabaseConfig()
+    guardrails: tuple[GuardrailConfig, ...] = ()
+    cache: CacheConfig = CacheConfig()
     # `[actors.<kind>]`: supervision and inbox knobs per actor kind (actors/settings.py).
     actors: Mapping[str, ActorSettings] = field(default_factory=lambda: dict(ACTOR_DEFAULTS))
     # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:

@@ -88,6 +88,7 @@ PRICE_FIELDS = (
     "usd_per_1k_chars",
     "usd_per_minute",
     "training_usd_per_mtok",
+    "cache_hit_usd_per_mtok",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gateway.images.produce import ImagesDeps, Job, produce
 from gateway.inference.admission import admit_model
 from gateway.inference.call import Call
+from gateway.plugins import flow
 from gateway.web.request import Request
 from protocol.decoding import decode_json
 from protocol.images.families import family_of
@@ -24,8 +25,13 @@ class Generations:
     async def __call__(self, http: Request) -> None:
         deps = self._deps
         call = Call(http)
-        request = decode_json(await http.body(), ImageGenerationRequest)
+        body = await http.body()
+        request = decode_json(body, ImageGenerationRequest)
         model, price = await admit_model(call, deps.inference, request.model, capability="images")
+        plugins = deps.inference.plugins
+        checked = await flow.checked_body(plugins, call, "images", model, request.model, body)
+        if checked is not body:  # a guardrail redacted the prompt
+            request = decode_json(checked, ImageGenerationRequest)
         family = family_of(model.upstream)
         check_generation(request, family)
         unit_price = None

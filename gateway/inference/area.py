@@ -14,6 +14,9 @@ from gateway.core import Core
 from gateway.inference import routes
 from gateway.inference.deployments import register_deployment_gauges
 from gateway.inference.deps import InferenceDeps
+from gateway.mirror.area import MirrorArea
+from gateway.plugins.build import open_plugins
+from services.cache.store import ResponseCache
 from storage.endpoint_health import Endpoint, EndpointHealthRepository
 
 
@@ -22,16 +25,29 @@ class InferenceArea(Area):
     deps: InferenceDeps
 
 
-async def open_inference(core: Core) -> InferenceArea:
+async def open_inference(
+    core: Core, store: ResponseCache | None = None, mirror: MirrorArea | None = None
+) -> InferenceArea:
     """The area; with Redis and a model of several deployments, its cooldown sharing actor
     (actors/cooldown_sync.py), on the instance's Redis client; a health-check actor per
-    deployment with `health_check` (actors/health_check.py)."""
+    deployment with `health_check` (actors/health_check.py); the plugins (guardrails, the
+    response cache in `store`, mirroring through `mirror`: gateway/plugins/)."""
     cooldowns = None
     balancers = [(model_id, route.balancer) for model_id, route in core.registry.routed()]
     if core.shared_holds is not None and balancers:  # with Redis
         cooldowns = CooldownSync(core.shared_holds.client, balancers)
         await core.supervisor.start(cooldowns)
     await start_health_checks(core)
+    plugins = await open_plugins(
+        core.config,
+        core.registry,
+        core.upstreams,
+        core.event_writer,
+        core.supervisor,
+        core.metrics,
+        store,
+        mirror,
+    )
     deps = InferenceDeps(
         registry=core.registry,
         upstreams=core.upstreams,
@@ -42,6 +58,7 @@ async def open_inference(core: Core) -> InferenceArea:
         provider_keys=core.provider_keys,
         fine_tuned_models=core.storage.fine_tuned_models,
         cooldowns=cooldowns,
+        plugins=plugins if plugins.pipeline is not None else None,
     )
     register_deployment_gauges(core.metrics, core.registry)
     return InferenceArea(

@@ -156,6 +156,19 @@ class Bill:
         )
         return self._settle(ctx, micros, key_id)
 
+    def charge_cached(
+        self, ctx: RequestContext, usage: Usage, usd_per_mtok: Decimal, key_id: str | None
+    ) -> int:
+        """As `charge`, for an answer from the response cache: every token at `usd_per_mtok`
+        (the model's `cache_hit_usd_per_mtok`), the usage row saying so (docs/cache.md)."""
+        self._description += " (cache hit)"
+        if self._plan is None:  # the org's own key: free
+            micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
+        else:
+            pricing = _pricing(usd_per_mtok, usd_per_mtok, self._plan)
+            micros = pricing.charge(usage.prompt_tokens, usage.completion_tokens)
+        return self._settle(ctx, micros, key_id)
+
     def charge_units(self, ctx: RequestContext, units: Decimal, key_id: str | None) -> int:
         assert isinstance(self._pricing, UnitPricing)
         return self._settle(ctx, self._pricing.charge(units), key_id)

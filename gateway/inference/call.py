@@ -102,6 +102,21 @@ class Call:
                 sum(provider_cost(price, usage) for usage, price in legs if price is not None)
             )
 
+    def charge_cached(self, usage: Usage, usd_per_mtok: Decimal) -> None:
+        """As `charge`, for an answer from the response cache, at `usd_per_mtok` a token."""
+        self.ctx.prompt_tokens = usage.prompt_tokens
+        self.ctx.completion_tokens = usage.completion_tokens
+        if self.bill is not None:
+            key_id = self.principal.key_id
+            micros = self.bill.charge_cached(self.ctx, usage, usd_per_mtok, key_id)
+            self.ctx.cost_usd = micros / 1_000_000
+            self.bill = None
+        elif self.own_key is not None:
+            self.ctx.cost_usd = 0.0
+        else:  # billing off: what the cache hit costs, for the log
+            tokens = usage.prompt_tokens + usage.completion_tokens
+            self.ctx.cost_usd = float(usd_per_mtok * tokens / 1_000_000)
+
     def charge_units(self, units: Decimal, unit_price: Decimal | None) -> None:
         """As `charge`, for a request priced per unit (`unit_price` None only with the org's
         own key): `units` × `unit_price` × (1 + fee), e.g. 1.234 thousand characters."""

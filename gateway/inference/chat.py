@@ -22,12 +22,15 @@ from gateway.inference.model_registry import ResolvedModel, highest_prices
 from gateway.inference.routing import attempts
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
+from gateway.plugins import flow
 from gateway.web.request import Request
 from protocol import anthropic
 from protocol.errors import UpstreamError
 from protocol.openai_chat import ParsedChat, continuation_request, parse_chat_request
 from protocol.pricing import estimate_tokens
 from protocol.usage import Usage
+from services.plugins.pipeline import PluginRun
+from services.plugins.stream_guard import GuardedStream
 from storage.idempotency import COMPLETED, STREAMED
 
 
@@ -66,17 +69,39 @@ class ChatCompletions:
                 prompt_bytes=len(body),
                 output_tokens=request.output_limit or DEFAULT_OUTPUT_RESERVE_TOKENS,
             )
-            forward = partial(self._forward, call, body, parsed, price)
-            out = await attempts(
-                call, deps, model, forward, fallbacks=fallbacks, replayable=claim is None
+            run = flow.start(
+                deps.plugins,
+                call,
+                "chat",
+                model,
+                request.model,
+                body,
+                stream=request.stream,
+                cache=request.cache,
             )
+            stored = None if run is None else await flow.before(run, call)
+            if stored is not None:
+                assert deps.plugins is not None
+                out = stored.body if stored.kind == "json" else None
+            else:
+                if run is not None and run.exchange.redacted:
+                    body = run.exchange.body
+                    parsed = parse_chat_request(body)
+                forward = partial(self._forward, call, body, parsed, price, run)
+                out = await attempts(
+                    call, deps, model, forward, fallbacks=fallbacks, replayable=claim is None
+                )
             if claim is not None:
                 # Stored before it is sent, so that an immediate retry finds it.
                 state = STREAMED if out is None else COMPLETED
                 replay = None if out is None else out.decode()
                 await claim.repo.finish(claim.org_id, claim.key, state, replay)
-            if out is not None:
+            if stored is not None:
+                await flow.serve_stored(deps.plugins, call, stored, model)
+            elif out is not None:
                 await call.answer_json(out)
+                if run is not None:
+                    run.finished(flow.outcome(call, "json", out))
         except BaseException:
             call.close_bill()
             if claim is not None:
@@ -89,6 +114,7 @@ class ChatCompletions:
         body: bytes,
         parsed: ParsedChat,
         price: ModelConfig | None,
+        run: PluginRun | None,
         model: ResolvedModel,
     ) -> bytes | None:
         """One attempt on `model` (a deployment, gateway/inference/routing.py): the JSON
@@ -106,9 +132,11 @@ class ChatCompletions:
             path = "chat/completions"
             upstream_body = parsed.rewrite(model=model.upstream, force_include_usage=request.stream)
         if request.stream:
-            await self._stream(call, client, path, upstream_body, parsed, model, price, len(body))
+            await self._stream(
+                call, client, path, upstream_body, parsed, model, price, len(body), run
+            )
             return None
-        return await self._json(call, client, path, upstream_body, model, price)
+        return await self._json(call, client, path, upstream_body, model, price, run)
 
     async def _json(
         self,
@@ -118,10 +146,12 @@ class ChatCompletions:
         upstream_body: bytes,
         model: ResolvedModel,
         price: ModelConfig | None,
+        run: PluginRun | None,
     ) -> bytes:
         # An upstream failure propagates: the boundary maps it (gateway/web/errors.py).
         content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
         out, usage = chat_answer(content, model)
+        out = await flow.answer(run, out)  # output guardrails: a block is not billed
         call.charge(usage, price)
         return out
 
@@ -135,6 +165,7 @@ class ChatCompletions:
         model: ResolvedModel,
         price: ModelConfig | None,
         body_size: int,
+        run: PluginRun | None,
     ) -> None:
         deps = self._deps
         request = parsed.request
@@ -142,6 +173,7 @@ class ChatCompletions:
         frames = chat_frames(model, include_usage=include_usage)
         http = call.request
         sink = ClientStream(http)
+        guarded = flow.stream(run, sink)
         failover = _Failover(call, deps, parsed, frames, sink, price, body_size)
         try:
             await relay_to_client(
@@ -151,23 +183,32 @@ class ChatCompletions:
                 path,
                 upstream_body,
                 frames,
-                sink,
+                guarded,
                 resume=failover.resume if failover.possible else None,
             )
         finally:
             call.first_byte_at = sink.opened_at
+            cut = guarded is not sink and guarded.cut is not None
             # What was relayed is accounted, reported usage when the upstream sent it,
-            # otherwise an estimate (the client left, or the stream broke).
-            usage = frames.usage or Usage(
+            # otherwise an estimate (the client left, the stream broke, or a plugin cut it:
+            # then only what the client got).
+            usage = (None if cut else frames.usage) or Usage(
                 prompt_tokens=estimate_tokens(failover.prompt_bytes),
                 completion_tokens=max(0, sink.frames_sent - failover.frames_before - 1),
             )
+            if cut:  # a plugin cut it: the text frames the client got (of this leg)
+                assert isinstance(guarded, GuardedStream)
+                usage.completion_tokens = min(usage.completion_tokens, guarded.sent_deltas)
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 if failover.legs:  # each leg at its deployment's price
                     call.charge_legs([*failover.legs, (usage, failover.price)])
                 else:
                     call.charge(usage, price)
+        if run is not None and guarded is not sink and frames.finished and guarded.cut is None:
+            recorded = guarded.recorded
+            if recorded is not None and sink.ended and not sink.left:
+                run.finished(flow.outcome(call, "sse", recorded))
 
 
 class _Failover:

@@ -11,6 +11,7 @@ from actors.cooldown_sync import CooldownSync
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
+from gateway.plugins.build import Plugins
 from services.provider_keys import ProviderKeyResolver
 from storage.fine_tuned_models import FineTunedModelRepository
 from storage.idempotency import IdempotencyRepository
@@ -28,3 +29,5 @@ class InferenceDeps:
     fine_tuned_models: FineTunedModelRepository  # `ft:` names, per organization
     # Deployments' cooldowns shared through Redis (None: without Redis, or no model of several).
     cooldowns: CooldownSync | None = None
+    # Guardrails and the response cache (gateway/plugins/); None: none configured.
+    plugins: Plugins | None = None

@@ -7,6 +7,8 @@ from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, highest_prices
 from gateway.inference.routing import attempts
+from gateway.plugins import flow
+from gateway.plugins.flow import outcome
 from gateway.web.request import Request
 from protocol.decoding import decode_json
 from protocol.errors import UpstreamMalformed, invalid_request
@@ -37,6 +39,20 @@ class Embeddings:
         await reserve(
             call, deps, price, capability="embeddings", prompt_bytes=len(body), output_tokens=0
         )
+        run = flow.start(
+            deps.plugins, call, "embeddings", model, request.model, body, cache=request.cache
+        )
+        if run is not None:
+            try:
+                stored = await flow.before(run, call)
+            except BaseException:
+                call.close_bill()
+                raise
+            if stored is not None:
+                assert deps.plugins is not None
+                await flow.serve_stored(deps.plugins, call, stored, model)
+                return
+            body = run.exchange.body  # redacted, if a guardrail said so
 
         async def embed(deployment: ResolvedModel) -> bytes:
             """One attempt on a deployment (gateway/inference/routing.py)."""
@@ -58,3 +74,5 @@ class Embeddings:
         finally:
             call.close_bill()
         await call.answer_json(out)
+        if run is not None:
+            run.finished(outcome(call, "json", out))

@@ -26,6 +26,7 @@ from gateway.inference.deps import InferenceDeps
 from gateway.inference.sse_response import ClientStream, cancel_on_disconnect
 from gateway.web.context import RequestContext
 from protocol.errors import UpstreamError
+from services.plugins.stream_guard import GuardedStream
 
 
 async def relay_to_client(
@@ -35,7 +36,7 @@ async def relay_to_client(
     path: str,
     upstream_body: bytes,
     frames: FrameSource,
-    sink: ClientStream,
+    sink: ClientStream | GuardedStream,
     *,
     before_last: Callable[[], Awaitable[None]] | None = None,
     resume: ResumeFrom | None = None,

@@ -13,6 +13,7 @@ from actors.throttled_log import ThrottledWarning
 from gateway.inference.admission import admit_model, reserve_units
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
+from gateway.plugins import flow
 from gateway.web.request import Request
 from protocol.errors import UpstreamMalformed
 from protocol.ids import new_id
@@ -31,11 +32,15 @@ class Rerank:
     async def __call__(self, http: Request) -> None:
         deps = self._deps
         call = Call(http)
-        request = decode_request(await http.body())
+        body = await http.body()
+        request = decode_request(body)
         # The API's rerank error table: an invalid model is 400, unknown ones included.
         model, price = await admit_model(
             call, deps, request.model, capability="rerank", unknown_model_status=400
         )
+        checked = await flow.checked_body(deps.plugins, call, "rerank", model, request.model, body)
+        if checked is not body:  # a guardrail redacted the query or documents
+            request = decode_request(checked)
         limits = model.price
         ranking = check_request(request, limits.max_document_tokens if limits else None)
         adapter = adapter_for(model.provider.kind)

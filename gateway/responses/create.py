@@ -26,6 +26,7 @@ from gateway.inference.model_registry import ResolvedModel
 from gateway.inference.routing import attempts
 from gateway.inference.sse_response import ClientStream
 from gateway.inference.streaming import relay_to_client
+from gateway.plugins import flow
 from gateway.responses.context import build_context
 from gateway.responses.deps import ResponsesDeps
 from gateway.web.request import Request
@@ -43,6 +44,8 @@ from protocol.responses.request import (
 from protocol.responses.stream import ResponseStream
 from protocol.responses.to_chat import encode_chat_request
 from protocol.usage import Usage
+from services.plugins.pipeline import PluginRun
+from services.plugins.stream_guard import GuardedStream
 
 encode_json = msgspec.json.encode
 
@@ -57,12 +60,19 @@ class CreateResponse:
     async def __call__(self, http: Request) -> None:
         deps = self._deps.inference
         call = Call(http)
-        request = parse_responses_request(await http.body())
+        body = await http.body()
+        request = parse_responses_request(body)
         call.ctx.stream = request.stream
         model, price = await admit_model(call, deps, request.model, capability=CAPABILITY)
         if not is_native(model):
             refuse_builtin_tools(request)
         org_id = call.principal.org_id
+        run = flow.start(deps.plugins, call, "responses", model, request.model, body)
+        if run is not None:
+            run.exchange.stream = request.stream
+            await flow.before(run, call)  # the cache does not answer Responses
+            if run.exchange.redacted:
+                request = parse_responses_request(run.exchange.body)
         context = await build_context(self._deps.store, org_id, request)
         created_us = self._deps.store.clock()
         skeleton = _skeleton(request, model.id, created_us)
@@ -91,11 +101,11 @@ class CreateResponse:
                 client = deps.upstreams.get(deployment.provider.name)
                 if request.stream:
                     await self._stream(
-                        call, client, path, upstream_body, deployment, charged, skeleton, save
+                        call, client, path, upstream_body, deployment, charged, skeleton, save, run
                     )
                     return None
                 return await self._json(
-                    call, client, path, upstream_body, deployment, charged, skeleton
+                    call, client, path, upstream_body, deployment, charged, skeleton, run
                 )
 
             final = await attempts(call, deps, model, attempt)
@@ -108,6 +118,8 @@ class CreateResponse:
             await self._deps.store.save(org_id, final, input=context, created_us=created_us)
         answer = encode_response(final) if isinstance(final, ResponseObject) else encode_json(final)
         await call.answer_json(answer)
+        if run is not None:
+            run.finished(flow.outcome(call, "json", answer))
 
     async def _json(
         self,
@@ -118,6 +130,7 @@ class CreateResponse:
         model: ResolvedModel,
         price: ModelConfig | None,
         skeleton: ResponseObject,
+        run: PluginRun | None,
     ) -> ResponseObject | dict[str, Any]:
         completed_at = self._deps.store.clock() // 1_000_000
         response: ResponseObject | dict[str, Any]
@@ -132,6 +145,15 @@ class CreateResponse:
                 )
         except UpstreamMalformed as exc:  # not a chat completion or a response
             raise exc.named(model.provider.name) from None
+        if run is not None:  # output guardrails: a block is not billed
+            encoded = (
+                encode_response(response)
+                if isinstance(response, ResponseObject)
+                else encode_json(response)
+            )
+            checked = await flow.answer(run, encoded)
+            if checked is not encoded:  # redacted
+                response = msgspec.json.decode(checked)
         # Charged once translated: the upstream did the work whatever happens next.
         call.charge(usage, price)
         return response
@@ -146,6 +168,7 @@ class CreateResponse:
         price: ModelConfig | None,
         skeleton: ResponseObject,
         save: Callable[[ResponseObject | dict[str, Any]], Awaitable[None]] | None,
+        run: PluginRun | None,
     ) -> None:
         """Relay the stream; with `save`, the completed response is stored before its last
         frames (`response.completed`, `[DONE]`) leave, so a client that saw them can
@@ -161,9 +184,17 @@ class CreateResponse:
         http = call.request
         sink = ClientStream(http, hold_last=save is not None)
 
+        guarded = flow.stream(run, sink, lambda message, code, _: frames.cut(message, code=code))
+
         async def before_last() -> None:
             final = frames.response
-            # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens).
+            # Stored like a JSON answer: completed, or incomplete (cut at max_output_tokens);
+            # never once a plugin cut it, and as the client got it (redacted).
+            if isinstance(guarded, GuardedStream):
+                if guarded.cut is not None:
+                    return
+                if final is not None:
+                    final = guarded.as_sent(final)
             if save is not None and frames.finished and final is not None:
                 status = final["status"] if isinstance(final, dict) else final.status
                 if status in ("completed", "incomplete"):
@@ -171,18 +202,25 @@ class CreateResponse:
 
         try:
             await relay_to_client(
-                call, deps, client, path, upstream_body, frames, sink, before_last=before_last
+                call, deps, client, path, upstream_body, frames, guarded, before_last=before_last
             )
         finally:
             # What was relayed is accounted, as for chat: reported usage when the upstream
-            # sent it, otherwise an estimate (the client left, or the stream broke).
-            usage = frames.usage or Usage(
+            # sent it, otherwise an estimate (the client left, the stream broke, or a plugin
+            # cut it: then the text frames the client got).
+            cut = isinstance(guarded, GuardedStream) and guarded.cut is not None
+            usage = (None if cut else frames.usage) or Usage(
                 prompt_tokens=estimate_tokens(len(upstream_body)),
-                completion_tokens=frames.deltas,
+                completion_tokens=guarded.sent_deltas
+                if isinstance(guarded, GuardedStream) and cut
+                else frames.deltas,
             )
             usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
             if http.started:
                 call.charge(usage, price)
+        if run is not None and isinstance(guarded, GuardedStream):
+            if guarded.cut is None and frames.finished and sink.ended and not sink.left:
+                run.finished(flow.outcome(call, "sse", guarded.recorded or b""))
 
 
 def _upstream_request(

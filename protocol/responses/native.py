@@ -192,6 +192,11 @@ class NativeStream:
         """End the stream `response.failed` (once), then `[DONE]`."""
         if self._done:
             return []
+        return self.cut(message, code=code)
+
+    def cut(self, message: str, *, code: str) -> list[bytes]:
+        """`response.failed` with no output, then `[DONE]`, whatever was fed (a plugin cut
+        the stream: services/plugins/stream_guard.py)."""
         self._done = True
         failed: dict[str, Any] = msgspec.to_builtins(self._skeleton)
         failed["status"] = "failed"

@@ -199,8 +199,11 @@ _RATE_LIMITED = {"rate_limit_exceeded", "rate_limited", "requests"}
 
 
 def response_error(message: str, code: str | None = None) -> ResponseError:
-    """A failed response's `error`: rate limiting keeps `rate_limit_exceeded`, every other
-    upstream failure (`upstream_error`, `upstream_timeout`, a malformed stream) is a
+    """A failed response's `error`: rate limiting keeps `rate_limit_exceeded`, a guardrail's
+    cut keeps `guardrail_blocked` (the client must tell it from a failure worth retrying),
+    every other failure (`upstream_error`, `upstream_timeout`, a malformed stream) is a
     `server_error` whose message says what happened."""
+    if code == "guardrail_blocked":
+        return ResponseError(code=code, message=message)
     mapped = "rate_limit_exceeded" if code in _RATE_LIMITED else "server_error"
     return ResponseError(code=mapped, message=message)

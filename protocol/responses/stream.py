@@ -232,6 +232,16 @@ class ResponseStream:
         self._ended = True
         return out
 
+    def cut(self, message: str, *, code: str) -> list[bytes]:
+        """End the stream now as `response.failed` with no output, then `[DONE]`, whatever
+        was fed: a plugin cut the stream (services/plugins/stream_guard.py), so text it held
+        back must not go out again in a `.done` event or the response's `output`."""
+        self._ended = True
+        failed = msgspec.structs.replace(
+            self._skeleton, status="failed", output=[], error=response_error(message, code)
+        )
+        return [self._lifecycle("response.failed", failed), DONE]
+
     @property
     def deltas(self) -> int:
         """Text and argument fragments forwarded so far (for a usage estimate when the stream

@@ -194,6 +194,7 @@ async def test_rotation_reseals_every_secret_and_keeps_the_pepper(storage: Stora
         "files": 3,
         "images": 1,
         "responses": 0,
+        "mirror_results": 0,
     }
     assert not report.unreadable and not report.finished_earlier
     await _assert_under(storage, seeded, NEW, OLD)
@@ -232,6 +233,7 @@ async def test_interrupted_rotation_finishes_when_run_again(storage: Storage) ->
         "files": 0,
         "images": 1,
         "responses": 0,
+        "mirror_results": 0,
     }
     await _assert_under(storage, seeded, NEW, OLD)
     assert (await unlock(storage.keyring, NEW)).pepper == derive_pepper(OLD)
@@ -256,6 +258,7 @@ async def test_run_again_reseals_what_old_instances_wrote_after_the_rotation(
         "files": 1,
         "images": 1,
         "responses": 0,
+        "mirror_results": 0,
     }
     await _assert_under(storage, late, NEW, OLD)
     pk = (await storage.provider_keys.list(unreadable.org_id))[0].id

@@ -145,11 +145,13 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/v1/fine_tuning/jobs/{job_id}",
         "/v1/fine_tuning/jobs/{job_id}/cancel",
         "/v1/fine_tuning/jobs/{job_id}/events",
+        "/v1/cache/purge",
         "/livez",
         "/readyz",
         "/healthz",
         "/metrics",
         "/v1/admin/actors",
+        "/v1/admin/mirrors",
         "/openapi.json",
     }
     assert app_rules == set(paths)

@@ -1,0 +1,1 @@
+"""The cache area: the response cache instance (area.py) and its purge API (routes.py)."""

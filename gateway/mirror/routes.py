@@ -1,0 +1,57 @@
+"""GET /v1/admin/mirrors: per (model, shadow), how the shadow compares with the primary over
+the retained results (docs/mirroring.md). Instance-wide (every organization's mirrored
+requests), so only the operator key opens it, as every `/v1/admin/*` route; the figures are
+read from the database, so every instance answers the same."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from gateway.web import Auth, Operation, Request, Response, Routes, json_response
+from protocol.errors import invalid_request
+from protocol.mirror_api import MirrorComparison
+from protocol.timefmt import from_datetime, to_iso
+from services.mirror import compare
+from storage.mirror_results import MirrorResultRepository
+
+MIRRORS_PATH = "/v1/admin/mirrors"
+
+
+def _since(request: Request) -> int | None:
+    """`since`: an ISO 8601 date (midnight UTC) or date-time (naive = UTC)."""
+    raw = request.query.get("since")
+    if not raw:
+        return None
+    try:
+        if "T" in raw or " " in raw:
+            return from_datetime(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+        day = date.fromisoformat(raw)
+        return from_datetime(datetime(day.year, day.month, day.day))
+    except ValueError:
+        raise invalid_request(
+            "`since` must be an ISO 8601 date or date-time, e.g. 2026-11-01T12:00:00Z.",
+            param="since",
+        ) from None
+
+
+def routes(repo: MirrorResultRepository) -> Routes:
+    r = Routes()
+
+    @r.operation(
+        Operation(
+            "GET",
+            MIRRORS_PATH,
+            "Mirrored traffic: each shadow model compared with its primary (operator key)",
+            "Operations",
+            response=MirrorComparison,
+            auth=Auth.OPERATOR,
+            errors=(400, 401, 403),
+            query=(("since", "string", "ISO 8601; only shadow calls at or after it"),),
+        )
+    )
+    async def mirrors(request: Request) -> Response:
+        since = _since(request)
+        rows = await repo.figures(since_us=since)
+        return json_response(MirrorComparison(since=to_iso(since), pairs=compare(rows)))
+
+    return r
