@@ -114,13 +114,19 @@ class Http1Pool:
         the connection released as `request` does. No context manager on this path: a
         JSON call is the hot path, and a generator-based one costs ~1.7 µs each."""
         data = format_request(method, self.base_path + path, self.authority, headers, body)
-        async with self._limit:
+        # A borrower of its own: a task relaying a stream from this pool may fetch from it too
+        # (a guardrail's classifier on the same provider judging the stream it relays).
+        borrower = object()
+        await self._limit.acquire_on_behalf_of(borrower)
+        try:
             conn, response = await self._exchange(data)
             try:
                 return await read(response)
             finally:
                 if not self._pooled(conn, response):
                     await conn.aclose()
+        finally:
+            self._limit.release_on_behalf_of(borrower)
 
     @asynccontextmanager
     async def request_streamed(

@@ -147,16 +147,18 @@ class GuardedStream:
         self._held.append(_Frame(raw, start, self._length, event))
 
     async def _judge(self, *, final: bool) -> bool:
-        """Run the checks that have enough new text, then send what every check judged."""
+        """Run the checks that have enough new text, then send what every check judged. A check
+        with a `window` judges the new text a window at a time (a classifier asked about the
+        whole of a long answer that came in one read would refuse all of it for one sentence)."""
         safe = self._length
         for entry in self._checks:
             check = entry.check
-            new = self._length - entry.seen
-            if new and (final or new >= check.window):
+            while (new := self._length - entry.seen) and (final or new >= check.window):
+                end = self._length if not check.window else entry.seen + min(new, check.window)
                 start = max(self._base, entry.seen - check.look_behind)
-                text = self._text[start - self._base :]
+                text = self._text[start - self._base : end - self._base]
                 try:
-                    found = await check.check(text, final=final)
+                    found = await check.check(text, final=final and end == self._length)
                 except Blocked as blocked:
                     at = start + (blocked.at if blocked.at is not None else 0)
                     return await self._cut(blocked, min(at, self._judged(entry)))
@@ -166,7 +168,7 @@ class GuardedStream:
                 for span in found:
                     absolute = Replacement(start + span.start, start + span.end, span.tag)
                     self._redactions.add(absolute, text[span.start : span.end])
-                entry.seen = self._length
+                entry.seen = end
             if not final:
                 safe = min(safe, entry.seen - check.look_behind)
         return await self._release(safe)
