@@ -163,6 +163,7 @@ class Bill:
         (the model's `cache_hit_usd_per_mtok`), the usage row saying so (docs/cache.md)."""
         self._description += " (cache hit)"
         if self._plan is None:  # the org's own key: free
+            assert isinstance(self._pricing, Pricing)
             micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
         else:
             pricing = _pricing(usd_per_mtok, usd_per_mtok, self._plan)

@@ -81,7 +81,6 @@ class ChatCompletions:
             )
             stored = None if run is None else await flow.before(run, call)
             if stored is not None:
-                assert deps.plugins is not None
                 out = stored.body if stored.kind == "json" else None
             else:
                 if run is not None and run.exchange.redacted:
@@ -97,6 +96,7 @@ class ChatCompletions:
                 replay = None if out is None else out.decode()
                 await claim.repo.finish(claim.org_id, claim.key, state, replay)
             if stored is not None:
+                assert deps.plugins is not None
                 await flow.serve_stored(deps.plugins, call, stored, model)
             elif out is not None:
                 await call.answer_json(out)
@@ -188,7 +188,7 @@ class ChatCompletions:
             )
         finally:
             call.first_byte_at = sink.opened_at
-            cut = guarded is not sink and guarded.cut is not None
+            cut = isinstance(guarded, GuardedStream) and guarded.cut is not None
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, the stream broke, or a plugin cut it:
             # then only what the client got).
@@ -205,8 +205,8 @@ class ChatCompletions:
                     call.charge_legs([*failover.legs, (usage, failover.price)])
                 else:
                     call.charge(usage, price)
-        if run is not None and guarded is not sink and frames.finished and guarded.cut is None:
-            recorded = guarded.recorded
+        if isinstance(guarded, GuardedStream) and run is not None and guarded.cut is None:
+            recorded = guarded.recorded if frames.finished else None
             if recorded is not None and sink.ended and not sink.left:
                 run.finished(flow.outcome(call, "sse", recorded))
 

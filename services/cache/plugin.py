@@ -136,9 +136,11 @@ class ResponseCachePlugin:
             self.stats.semantic_hits += 1
         return answer
 
-    def _bypass(self, exchange: Exchange) -> None:
+    def _bypass(self, exchange: Exchange) -> Stored | None:
+        """Not looked up: the answer says so. None (the request goes upstream)."""
         exchange.headers.append(BYPASS)
         self.stats.bypasses += 1
+        return None
 
     def output_check(self, exchange: Exchange) -> OutputCheck | None:
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
@@ -125,7 +126,7 @@ class PluginRun:
         exchange = self.exchange
         for plugin in self.plugins:
             try:
-                stored = await self.pipeline.call(plugin, lambda p=plugin: p.before(exchange), None)
+                stored = await self.pipeline.call(plugin, partial(plugin.before, exchange), None)
             except Blocked as blocked:
                 self.pipeline.blocked(exchange, blocked, "block")
                 raise
@@ -150,9 +151,7 @@ class PluginRun:
         if self.checks:
             body = await self._checked(body)
         for plugin in self.plugins:
-            body = await self.pipeline.call(
-                plugin, lambda p=plugin, b=body: p.after(exchange, b), body
-            )
+            body = await self.pipeline.call(plugin, partial(plugin.after, exchange, body), body)
         return body
 
     async def _checked(self, body: bytes) -> bytes:
