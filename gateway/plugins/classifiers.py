@@ -5,6 +5,8 @@ UpstreamMalformed for an answer of the wrong shape): the guardrail's `on_error` 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from actors.upstream import Upstreams
 from gateway.config.policies import GuardrailConfig
 from protocol.guardrails.moderation import (
@@ -13,8 +15,10 @@ from protocol.guardrails.moderation import (
     parse_guard_answer,
     parse_moderation,
 )
-from services.guardrails.plugin import Classify
 from services.plugins.interface import Stage
+
+if TYPE_CHECKING:  # the recognizers load only with a guardrail (build.py)
+    from services.guardrails.plugin import Classify
 
 
 def classifier(config: GuardrailConfig, upstreams: Upstreams) -> Classify | None:
