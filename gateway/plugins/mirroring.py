@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal, cast
 
 from gateway.mirror.area import MirrorArea
-from services.plugins.interface import Exchange, OnError, Outcome, OutputCheck, Stored
+from services.plugins.interface import Exchange, Hook, OnError, Outcome, OutputCheck, Stored
 
 MIRRORED_ROUTES = frozenset({"chat", "embeddings", "responses"})
 
@@ -15,7 +15,8 @@ MIRRORED_ROUTES = frozenset({"chat", "embeddings", "responses"})
 class MirrorPlugin:
     name = "mirror"
     on_error: OnError = "fail_open"
-    timeout_s = 1.0
+    timeout_s: float | None = None  # its one hook queues a job: no I/O
+    hooks: frozenset[Hook] = frozenset({"finished"})
 
     def __init__(self, area: MirrorArea) -> None:
         self._area = area

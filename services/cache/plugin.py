@@ -25,7 +25,7 @@ import msgspec
 from services.cache.keys import cacheable, exact_key, query_text, semantic_scope
 from services.cache.semantic import best_match
 from services.cache.store import CachedAnswer, ResponseCache
-from services.plugins.interface import Exchange, OnError, Outcome, OutputCheck, Stored
+from services.plugins.interface import Exchange, Hook, OnError, Outcome, OutputCheck, Stored
 
 Embed = Callable[[str], Awaitable[bytes]]  # text -> its encoded, normalised vector
 Spawn = Callable[[Callable[[], Awaitable[None]]], bool]  # background work; False: dropped
@@ -60,6 +60,7 @@ class _Pending:
 class ResponseCachePlugin:
     name = "cache"
     on_error: OnError = "fail_open"
+    hooks: frozenset[Hook] = frozenset({"before", "finished"})
 
     def __init__(
         self,
@@ -82,7 +83,7 @@ class ResponseCachePlugin:
         self._max_entry_bytes = max_entry_bytes
         self._embed = embed
         self._threshold = threshold
-        self.timeout_s = timeout_s
+        self.timeout_s: float | None = timeout_s
         self.stats = CacheStats()
 
     def applies(self, route: str, model: str) -> bool:

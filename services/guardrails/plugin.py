@@ -24,6 +24,7 @@ from services.guardrails.texts import request_slots
 from services.plugins.interface import (
     Blocked,
     Exchange,
+    Hook,
     OnError,
     Outcome,
     Replacement,
@@ -75,10 +76,17 @@ class Guardrail:
         self.settings = settings
         self.name = settings.name
         self.on_error: OnError = settings.on_error
-        self.timeout_s = settings.timeout_s
         self._entities = frozenset(settings.entities)
         self._report = report
         self._classify = classify
+        # Only a classifier waits on I/O: the recognizers run without a timer.
+        self.timeout_s: float | None = settings.timeout_s if classify is not None else None
+        hooks: set[Hook] = set()
+        if "input" in settings.stages:
+            hooks.add("before")
+        if "output" in settings.stages:
+            hooks.add("output")
+        self.hooks = frozenset(hooks)
 
     def applies(self, route: str, model: str) -> bool:
         if not self.settings.applies_to(model):

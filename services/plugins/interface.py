@@ -127,10 +127,18 @@ class Replacement:
     tag: str
 
 
+Hook = Literal["before", "output", "after", "finished"]
+ALL_HOOKS: frozenset[Hook] = frozenset({"before", "output", "after", "finished"})
+
+
 class Plugin(Protocol):
     name: str
     on_error: OnError
-    timeout_s: float
+    # The longest a hook may take; None: its hooks never wait on I/O (no timer is armed: a
+    # timeout could not interrupt them anyway, and a cancel scope per call is measurable).
+    timeout_s: float | None
+    # The hooks it uses (the pipeline calls no other): e.g. {"before", "finished"}.
+    hooks: frozenset[Hook]
 
     def applies(self, route: str, model: str) -> bool:
         """Whether the plugin runs for requests of `route` naming `model` (decided once per

@@ -2,7 +2,8 @@
 (`Pipeline.start`): the same hooks for every inference route (interface.py).
 
 A model no plugin applies to costs one dictionary lookup per request (`start` returns None).
-Each hook runs under its plugin's `timeout_s`; a plugin that raises anything but `Blocked`, or
+Each hook a plugin uses (`hooks`) runs under its plugin's `timeout_s` (none for one that never
+waits on I/O); a plugin that raises anything but `Blocked`, or
 runs out of time, has failed: `fail_open` goes on as if it had passed, `fail_closed` refuses
 with `PluginUnavailable` (503). Blocks (and redactions, where a guardrail reports them) are
 handed to `report`, which writes the `guardrail.triggered` event and counts them.
@@ -74,6 +75,8 @@ class Pipeline:
         stats.calls += 1
         began = trio.current_time()
         try:
+            if plugin.timeout_s is None:
+                return await hook()
             with trio.fail_after(plugin.timeout_s):
                 return await hook()
         except Blocked:
@@ -125,6 +128,8 @@ class PluginRun:
         Raises `Blocked` (reported) or `PluginUnavailable`."""
         exchange = self.exchange
         for plugin in self.plugins:
+            if "before" not in plugin.hooks:
+                continue
             try:
                 stored = await self.pipeline.call(plugin, partial(plugin.before, exchange), None)
             except Blocked as blocked:
@@ -139,6 +144,8 @@ class PluginRun:
         if self._checks is None:
             self._checks = []
             for plugin in self.plugins:
+                if "output" not in plugin.hooks:
+                    continue
                 check = plugin.output_check(self.exchange)
                 if check is not None:
                     self._checks.append(_Guarded(self.pipeline, plugin, check))
@@ -151,7 +158,8 @@ class PluginRun:
         if self.checks:
             body = await self._checked(body)
         for plugin in self.plugins:
-            body = await self.pipeline.call(plugin, partial(plugin.after, exchange, body), body)
+            if "after" in plugin.hooks:
+                body = await self.pipeline.call(plugin, partial(plugin.after, exchange, body), body)
         return body
 
     async def _checked(self, body: bytes) -> bytes:
@@ -191,6 +199,8 @@ class PluginRun:
     def finished(self, outcome: Outcome) -> None:
         """The client got a whole answer: the `finished` hooks (they must not block)."""
         for plugin in self.plugins:
+            if "finished" not in plugin.hooks:
+                continue
             try:
                 plugin.finished(self.exchange, outcome)
             except Exception:  # noqa: BLE001, S112 - a plugin's failure never fails the request

@@ -15,6 +15,7 @@ import trio
 from protocol.openai_chat import error_frame
 from protocol.sse import DONE, KEEPALIVE
 from services.plugins.interface import (
+    ALL_HOOKS,
     Blocked,
     Exchange,
     Outcome,
@@ -175,6 +176,7 @@ class Plugin:
         self.name = name
         self.on_error = on_error
         self.timeout_s = 1.0
+        self.hooks = ALL_HOOKS
         self._check = check
         self._stored = stored
         self.finished_with: list[Outcome] = []
