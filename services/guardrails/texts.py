@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 
 @dataclass(slots=True)
 class Slot:
@@ -181,4 +183,41 @@ def stream_delta(route: str, event: Any) -> Slot | None:
         return None
     if event.get("type") == "response.output_text.delta" and isinstance(event.get("delta"), str):
         return Slot(event, "delta")
+    return None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+
+
+class _Chunk(msgspec.Struct):
+    choices: list[_Choice] = []
+
+
+class _Event(msgspec.Struct):
+    type: str = ""
+    delta: str | msgspec.Raw | None = None
+
+
+_chunk = msgspec.json.Decoder(_Chunk).decode
+_event = msgspec.json.Decoder(_Event).decode
+
+
+def delta_text(route: str, payload: bytes) -> str | None:
+    """`stream_delta`'s text read from a frame's JSON without decoding the rest of it (a
+    stream guard reads every frame), or None (no text, not JSON, another shape)."""
+    try:
+        if route == "chat":
+            choices = _chunk(payload).choices
+            delta = choices[0].delta if choices else None
+            return delta.content if delta is not None else None
+        event = _event(payload)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if event.type == "response.output_text.delta" and isinstance(event.delta, str):
+        return event.delta
     return None

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from protocol.sse import KEEPALIVE
-from services.guardrails.texts import answer_slots, stream_delta
+from services.guardrails.texts import Slot, answer_slots, delta_text, stream_delta
 from services.plugins.interface import Blocked, OutputCheck, PluginUnavailable, Replacement
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ class _Frame:
     raw: bytes
     start: int  # its text's span in the answer's text
     end: int
-    event: Any = None  # decoded, when it carries text
+    data: bool = False  # it carries JSON data (a redaction may have to rewrite it)
 
 
 @dataclass(slots=True)
@@ -127,24 +127,15 @@ class GuardedStream:
         await self._inner.finish(before_last)
 
     def _take(self, raw: bytes) -> None:
+        """Hold `raw`, with the span of the answer's text it adds (a typed decode of just that
+        field: the whole event is decoded only if a redaction must rewrite it)."""
         start = self._length
         payload = _payload(raw) if self._checks else None  # no check: no text to read
-        if payload is None:
-            self._held.append(_Frame(raw, start, start))
-            return
-        try:
-            event = _decode(payload)
-            delta = stream_delta(self._route, event)
-        except (msgspec.DecodeError, RecursionError):
-            self._held.append(_Frame(raw, start, start))
-            return
-        if delta is None:
-            self._held.append(_Frame(raw, start, start, event))
-            return
-        text = delta.text
-        self._text += text
-        self._length += len(text)
-        self._held.append(_Frame(raw, start, self._length, event))
+        text = None if payload is None else delta_text(self._route, payload)
+        if text:
+            self._text += text
+            self._length += len(text)
+        self._held.append(_Frame(raw, start, self._length, payload is not None))
 
     async def _judge(self, *, final: bool) -> bool:
         """Run the checks that have enough new text, then send what every check judged. A check
@@ -209,32 +200,21 @@ class GuardedStream:
 
     def _rewritten(self, frame: _Frame) -> bytes:
         redactions = self._redactions
-        if frame.event is None or not redactions.spans:
+        if not frame.data or not redactions.spans:
             return frame.raw
-        event = frame.event
-        if frame.end > frame.start:
-            spans = [s for s in redactions.spans if s.start < frame.end and frame.start < s.end]
-            if not spans:
+        head, _, payload = frame.raw.partition(b"data: ")
+        try:
+            event = _decode(payload)
+            if frame.end > frame.start:
+                spans = [s for s in redactions.spans if s.start < frame.end and frame.start < s.end]
+                delta = stream_delta(self._route, event)
+                if not spans or delta is None:
+                    return frame.raw
+                delta.set(_apply(delta.text, frame.start, spans))
+            elif not _replace_values(answer_slots(self._route, event), redactions.values):
                 return frame.raw
-            delta = stream_delta(self._route, event)
-            assert delta is not None
-            delta.set(_apply(delta.text, frame.start, spans))
-        else:
-            try:
-                slots = answer_slots(self._route, event)
-            except RecursionError:  # nested past reason: not an event of ours to rewrite
-                return frame.raw
-            changed = False
-            for slot in slots:
-                text = slot.text
-                for original, tag in redactions.values.items():
-                    if original in text:
-                        text = text.replace(original, tag)
-                        changed = True
-                slot.set(text)
-            if not changed:
-                return frame.raw
-        head, _, _ = frame.raw.partition(b"data: ")
+        except (msgspec.DecodeError, RecursionError):  # not an event of ours to rewrite
+            return frame.raw
         return head + b"data: " + _encode(event) + b"\n\n"
 
     def as_sent(self, answer: T) -> T | dict[str, Any]:
@@ -244,11 +224,7 @@ class GuardedStream:
         if not values:
             return answer
         decoded: dict[str, Any] = msgspec.to_builtins(answer)
-        for slot in answer_slots(self._route, decoded):
-            text = slot.text
-            for original, tag in values.items():
-                text = text.replace(original, tag)
-            slot.set(text)
+        _replace_values(answer_slots(self._route, decoded), values)
         return decoded
 
     def _record(self, data: bytes) -> None:
@@ -270,6 +246,19 @@ class GuardedStream:
         if keep - self._base > 4096:
             self._text = self._text[keep - self._base :]
             self._base = keep
+
+
+def _replace_values(slots: Sequence[Slot], values: dict[str, str]) -> bool:
+    """Each redacted value replaced by its tag in the slots' text; whether any was there."""
+    changed = False
+    for slot in slots:
+        text = slot.text
+        for original, tag in values.items():
+            if original in text:
+                text = text.replace(original, tag)
+                changed = True
+        slot.set(text)
+    return changed
 
 
 def _apply(text: str, offset: int, spans: Sequence[Replacement]) -> str:
