@@ -16,6 +16,7 @@ instance's `BackgroundTasks`), never delaying the answer. A cache that fails is 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,7 @@ class ResponseCachePlugin:
             return self._bypass(exchange)
         org = exchange.org_id
         key = exact_key(org, exchange.route, exchange.model, body, stream=exchange.stream)
+        key = _with_usage(key, body) if exchange.stream else key
         pending = _Pending(key, self._ttls[exchange.model])
         exchange.notes[self.name] = pending
         exchange.headers.append(MISS)  # until a hit says otherwise
@@ -126,6 +128,7 @@ class ResponseCachePlugin:
             return None
         org = exchange.org_id
         scope = semantic_scope(org, exchange.route, exchange.model, body)
+        scope = _with_usage(scope, body) if exchange.stream else scope
         vector = await self._embed(query)
         pending.scope, pending.query, pending.vector = scope, query, vector
         candidates = await self._cache.candidates(org, scope)
@@ -173,3 +176,13 @@ class ResponseCachePlugin:
             self.stats.stores += 1
 
         self._spawn(store)
+
+
+def _with_usage(digest: bytes, body: Any) -> bytes:
+    """A streamed answer's digest, told apart by whether its client asked for the usage chunk
+    (`stream_options.include_usage`): the frames replayed are the ones stored, so a client that
+    asked for usage never gets a stream without it, nor one that did not ask a stream with it."""
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return hashlib.sha256(digest + b"\x00include_usage").digest()
+    return digest

@@ -171,3 +171,18 @@ async def test_semantic_mode_hits_a_paraphrase_and_misses_another_question(
             assert r.headers["x-gateway-cache"] == "miss", other
         assert _plugins(rig).cache.stats.semantic_hits == 1
         assert len(upstream_chats(rig)) == 3
+
+
+async def test_a_stream_is_replayed_only_to_a_client_asking_the_same_usage(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with inference_rig(database_url, tmp_path, extra_toml=CACHE) as rig:
+        body = chat_body("What is 2 + 2?", temperature=0, stream=True)
+        with_usage = {**body, "stream_options": {"include_usage": True}}
+        first = await rig.chat(with_usage)
+        assert first.headers["x-gateway-cache"] == "miss" and '"usage":{' in first.text
+        await wait_until(lambda: stores(rig) == 1)
+        plain = await rig.chat(body)  # did not ask for the usage chunk: not that stream
+        assert plain.headers["x-gateway-cache"] == "miss" and '"usage":{' not in plain.text
+        again = await rig.chat(with_usage)
+        assert again.headers["x-gateway-cache"] == "hit" and again.content == first.content
