@@ -31,6 +31,7 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     monthly_budget_usd: Usd | None = None
     allowed_models: Annotated[list[ModelId], Meta(max_length=_MAX_LIST)] | None = None
     expires_at: datetime | None = None
+    cache: bool = True  # the gateway's own: false opts the key out of the response cache
 
     def __post_init__(self) -> None:
         _check_scopes(self.scopes)
@@ -47,6 +48,7 @@ class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     allowed_models: Annotated[list[ModelId], Meta(max_length=_MAX_LIST)] | None | UnsetType = UNSET
     expires_at: datetime | None | UnsetType = UNSET
     is_active: bool | UnsetType = UNSET
+    cache: bool | UnsetType = UNSET
 
     def __post_init__(self) -> None:
         if not isinstance(self.scopes, UnsetType):
@@ -81,6 +83,7 @@ class KeyCreated(msgspec.Struct, kw_only=True):
     expires_at: str | None
     created_at: str
     is_active: bool
+    cache: bool = True  # the response cache answers and stores this key's requests
 
 
 class KeyItem(msgspec.Struct, kw_only=True):
@@ -101,6 +104,7 @@ class KeyItem(msgspec.Struct, kw_only=True):
     is_active: bool
     created_at: str
     last_used_at: str | None
+    cache: bool = True  # the response cache answers and stores this key's requests
 
 
 class KeyList(msgspec.Struct, kw_only=True):

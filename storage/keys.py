@@ -21,7 +21,7 @@ from storage.database import Database, Executor, Row
 _COLUMNS = (
     "id, org_id, name, key_prefix, scopes, rate_limit_rpm, daily_budget_micros,"
     " monthly_budget_micros, allowed_models, expires_at, is_active, created_at, updated_at,"
-    " last_used_at, deleted_at"
+    " last_used_at, deleted_at, cache"
 )
 
 
@@ -42,6 +42,7 @@ class KeyRecord:
     updated_at: int
     last_used_at: int | None
     deleted_at: int | None
+    cache: bool = True  # False: the key opted out of the response cache
 
 
 # Fields a PATCH may change, in storage terms.
@@ -55,6 +56,7 @@ UPDATABLE = frozenset(
         "allowed_models",
         "expires_at",
         "is_active",
+        "cache",
     }
 )
 _JSON_COLUMNS = frozenset({"scopes", "allowed_models"})
@@ -85,6 +87,7 @@ def _record(row: Row) -> KeyRecord:
         updated_at=int(row["updated_at"]),
         last_used_at=row["last_used_at"],
         deleted_at=row["deleted_at"],
+        cache=bool(row["cache"]),
     )
 
 
@@ -135,13 +138,14 @@ class KeyRepository:
             updated_at=now,
             last_used_at=None,
             deleted_at=None,
+            cache=settings.get("cache", True),
         )
         async with self._db.transaction() as tx:
             await tx.execute(
                 f"INSERT INTO api_keys ({_COLUMNS}, key_hash) VALUES (:id, :org_id, :name,"
                 " :key_prefix, :scopes, :rate_limit_rpm, :daily_budget_micros,"
                 " :monthly_budget_micros, :allowed_models, :expires_at, :is_active, :created_at,"
-                " :updated_at, :last_used_at, :deleted_at, :key_hash)",
+                " :updated_at, :last_used_at, :deleted_at, :cache, :key_hash)",
                 {**_params(record), "key_hash": credential.hash},
             )
             await events.append(tx, org_id, "key.created", event_data(record))

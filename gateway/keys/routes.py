@@ -54,13 +54,14 @@ def key_item(key: KeyRecord, spend: tuple[int, int] = (0, 0)) -> KeyItem:
         is_active=key.is_active,
         created_at=to_iso(key.created_at) or "",
         last_used_at=to_iso(key.last_used_at),
+        cache=key.cache,
     )
 
 
 def _settings(body: KeyCreate | KeyUpdate) -> dict[str, Any]:
     """The fields the body includes, in storage terms (micro-USD, epoch microseconds)."""
     out: dict[str, Any] = {}
-    for name in ("name", "scopes", "rate_limit_rpm", "allowed_models", "is_active"):
+    for name in ("name", "scopes", "rate_limit_rpm", "allowed_models", "is_active", "cache"):
         value = getattr(body, name, UNSET)
         if not isinstance(value, UnsetType):
             out[name] = value
@@ -159,6 +160,7 @@ def routes(
             expires_at=item.expires_at,
             created_at=item.created_at,
             is_active=item.is_active,
+            cache=item.cache,
         )
         return json_response(created)
 

@@ -71,9 +71,15 @@ def start(
         body=body,
         own_key=call.own_key is not None,
         cache_opt=cache,
-        no_cache=any(word in control for word in _NO_CACHE),
+        no_cache=any(word in control for word in _NO_CACHE) or not _key_caches(call),
     )
     return plugins.pipeline.start(exchange)
+
+
+def _key_caches(call: Call) -> bool:
+    """The calling key has not opted out of the response cache (management keys never do)."""
+    key = call.principal.key
+    return key is None or key.cache
 
 
 async def before(run: PluginRun, call: Call) -> Stored | None:

@@ -186,3 +186,26 @@ async def test_a_stream_is_replayed_only_to_a_client_asking_the_same_usage(
         assert plain.headers["x-gateway-cache"] == "miss" and '"usage":{' not in plain.text
         again = await rig.chat(with_usage)
         assert again.headers["x-gateway-cache"] == "hit" and again.content == first.content
+
+
+async def test_a_key_may_opt_out_of_the_cache(database_url: str, tmp_path: Path) -> None:
+    async with inference_rig(database_url, tmp_path, extra_toml=CACHE) as rig:
+        gw = rig.gateway
+        r = await gw.client.post(
+            "/v1/keys", json={"name": "private", "cache": False}, headers=gw.auth()
+        )
+        assert r.status_code == 200 and r.json()["cache"] is False, r.text
+        private, private_id = r.json()["key"], r.json()["id"]
+        body = chat_body("What is 2 + 2?", temperature=0)
+        for _ in range(2):
+            assert (await rig.chat(body, key=private)).headers["x-gateway-cache"] == "bypass"
+        assert stores(rig) == 0
+        # Opting back in (PATCH) lets it use the cache like any other key.
+        r = await gw.client.patch(f"/v1/keys/{private_id}", json={"cache": True}, headers=gw.auth())
+        assert r.status_code == 200 and r.json()["cache"] is True
+        assert (await rig.chat(body, key=private)).headers["x-gateway-cache"] == "miss"
+        listed = await gw.client.get("/v1/keys", headers=gw.auth())
+        assert {k["name"]: k["cache"] for k in listed.json()["data"]} == {
+            "all": True,
+            "private": True,
+        }
