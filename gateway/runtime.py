@@ -28,6 +28,7 @@ from gateway.core import Core, start_core
 from gateway.credits.area import open_credits
 from gateway.files.area import open_files
 from gateway.fine_tuning.area import open_fine_tuning
+from gateway.guardrails.area import open_guardrails
 from gateway.images.area import open_images
 from gateway.inference.area import open_inference
 from gateway.keyring import unlock
@@ -75,6 +76,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 await open_webhooks(core),
                 mirror,
                 cache,
+                open_guardrails(core, inference),
             )
         )
 

@@ -53,6 +53,9 @@ class GuardrailConfig(Table, frozen=True):
     # `thresholds` at all, every category is judged against 0.5).
     default_threshold: Score | None = None
     report_redactions: bool = False  # a redaction also writes `guardrail.triggered`
+    # Only for the organizations that turn it on (PUT /v1/guardrails/{name}); otherwise it
+    # applies to every organization, which cannot turn it off.
+    opt_in: bool = False
 
     def __post_init__(self) -> None:
         if not self.stages:

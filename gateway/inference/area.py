@@ -18,6 +18,7 @@ from gateway.mirror.area import MirrorArea
 from gateway.plugins.build import open_plugins
 from services.cache.store import ResponseCache
 from storage.endpoint_health import Endpoint, EndpointHealthRepository
+from storage.org_guardrails import OrgGuardrailRepository
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,7 @@ async def open_inference(
         core.metrics,
         store,
         mirror,
+        org_guardrails=OrgGuardrailRepository(core.storage.db),
     )
     deps = InferenceDeps(
         registry=core.registry,

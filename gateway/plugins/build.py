@@ -5,12 +5,15 @@ nothing is configured: routes then skip every plugin step."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from functools import partial
 
 import msgspec
 
 from actors.background_tasks import BackgroundTasks
 from actors.event_writer import EventWriter
+from actors.opt_in_refresh import OptInRefresh
 from actors.supervisor import Supervisor
 from actors.upstream import Upstreams
 from gateway.config import Config
@@ -24,8 +27,11 @@ from protocol.errors import UpstreamMalformed
 from services.cache.plugin import Embed, ResponseCachePlugin
 from services.cache.semantic import encode_vector
 from services.cache.store import ResponseCache
+from services.guardrails.opt_ins import OptIns
 from services.plugins.interface import Plugin
 from services.plugins.pipeline import Pipeline
+from storage.errors import StorageUnavailable
+from storage.org_guardrails import OrgGuardrailRepository
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Plugins:
     pipeline: Pipeline | None
     reports: GuardrailReports
     cache: ResponseCachePlugin | None = None
+    opt_ins: OptIns | None = None  # with an opt-in guardrail: who turned which on
 
 
 async def open_plugins(
@@ -44,15 +51,29 @@ async def open_plugins(
     metrics: Metrics,
     store: ResponseCache | None,
     mirror: MirrorArea | None = None,
+    *,
+    org_guardrails: OrgGuardrailRepository,
 ) -> Plugins:
     reports = GuardrailReports(writer)
     plugins: list[Plugin] = []
+    opt_ins = None
+    if any(g.opt_in for g in config.guardrails):
+        opt_ins = OptIns()
+        refresh = OptInRefresh(org_guardrails, opt_ins)
+        with contextlib.suppress(StorageUnavailable):  # the actor tries again
+            await refresh.refresh()
+        await supervisor.start(refresh)
     if config.guardrails:
         # Imported only with a guardrail: the recognizers' tables (phone metadata among them)
         # cost ~8 MiB and ~0.1 s at start-up, which an instance without guardrails need not pay.
         from services.guardrails.plugin import Guardrail
 
-        plugins += [Guardrail(g, reports, classifier(g, upstreams)) for g in config.guardrails]
+        for g in config.guardrails:
+            opted_in = None
+            if g.opt_in:
+                assert opt_ins is not None
+                opted_in = partial(opt_ins.enabled, g.name)
+            plugins.append(Guardrail(g, reports, classifier(g, upstreams), opted_in=opted_in))
     cache = None
     ttls = _cache_ttls(config)
     if store is not None and ttls:
@@ -75,7 +96,7 @@ async def open_plugins(
     if mirror is not None and mirror.mirror is not None:
         plugins.append(MirrorPlugin(mirror))
     pipeline = Pipeline(plugins, reports) if plugins else None
-    plugins_out = Plugins(pipeline, reports, cache)
+    plugins_out = Plugins(pipeline, reports, cache, opt_ins)
     register_plugin_gauges(metrics, plugins_out)
     return plugins_out
 

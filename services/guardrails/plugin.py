@@ -71,14 +71,22 @@ class GuardrailSettings(Protocol):
 
 class Guardrail:
     def __init__(
-        self, settings: GuardrailSettings, report: Report, classify: Classify | None = None
+        self,
+        settings: GuardrailSettings,
+        report: Report,
+        classify: Classify | None = None,
+        *,
+        opted_in: Callable[[str], bool] | None = None,
     ) -> None:
+        """`opted_in(org_id)`: for an opt-in guardrail, whether the organization turned it on
+        (a snapshot in memory: services/guardrails/opt_ins.py); None: it guards everyone."""
         self.settings = settings
         self.name = settings.name
         self.on_error: OnError = settings.on_error
         self._entities = frozenset(settings.entities)
         self._report = report
         self._classify = classify
+        self._opted_in = opted_in
         # Only a classifier waits on I/O: the recognizers run without a timer.
         self.timeout_s: float | None = settings.timeout_s if classify is not None else None
         hooks: set[Hook] = set()
@@ -96,8 +104,11 @@ class Guardrail:
             "output" in stages and route in OUTPUT_ROUTES
         )
 
+    def _off_for(self, exchange: Exchange) -> bool:
+        return self._opted_in is not None and not self._opted_in(exchange.org_id)
+
     async def before(self, exchange: Exchange) -> Stored | None:
-        if "input" not in self.settings.stages:
+        if "input" not in self.settings.stages or self._off_for(exchange):
             return None
         try:
             decoded: Any = msgspec.json.decode(exchange.body)
@@ -124,6 +135,8 @@ class Guardrail:
 
     def output_check(self, exchange: Exchange) -> _OutputCheck | None:
         if "output" not in self.settings.stages or exchange.route not in OUTPUT_ROUTES:
+            return None
+        if self._off_for(exchange):
             return None
         return _OutputCheck(self, exchange)
 

@@ -146,6 +146,8 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/v1/fine_tuning/jobs/{job_id}/cancel",
         "/v1/fine_tuning/jobs/{job_id}/events",
         "/v1/cache/purge",
+        "/v1/guardrails",
+        "/v1/guardrails/{name}",
         "/livez",
         "/readyz",
         "/healthz",
