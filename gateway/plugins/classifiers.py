@@ -30,14 +30,14 @@ def classifier(config: GuardrailConfig, upstreams: Upstreams) -> Classify | None
 
     if config.format == "guard_chat":
 
-        async def guard(text: str, stage: Stage) -> dict[str, float]:
-            body = guard_request(upstream, text, stage=stage)
+        async def guard(text: str, stage: Stage, prompt: str) -> dict[str, float]:
+            body = guard_request(upstream, text, stage=stage, prompt=prompt)
             content, _ = await client.post_json("chat/completions", body)
             return parse_guard_answer(content)
 
         return guard
 
-    async def moderate(text: str, stage: Stage) -> dict[str, float]:
+    async def moderate(text: str, stage: Stage, prompt: str) -> dict[str, float]:
         content, _ = await client.post_json("moderations", moderation_request(upstream, [text]))
         return parse_moderation(content)
 

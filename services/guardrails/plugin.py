@@ -34,7 +34,8 @@ from services.plugins.interface import (
 )
 
 # (text, stage) -> score per category; raises when the classifier fails (then `on_error`).
-Classify = Callable[[str, Stage], Awaitable[dict[str, float]]]
+# (text, stage, the user's prompt for an answer's text) -> score per category
+Classify = Callable[[str, Stage, str], Awaitable[dict[str, float]]]
 Report = Callable[[Exchange, Blocked, str, bool], None]  # (request, finding, action, as event)
 
 # Routes whose requests carry text a guardrail can read (services/guardrails/texts.py).
@@ -150,7 +151,7 @@ class Guardrail:
         """What to replace in `text` (action `redact`); raises `Blocked` (action `block`).
         Findings of action `log` are reported and let through."""
         settings = self.settings
-        spans = await self._find(text, stage)
+        spans = await self._find(text, stage, exchange)
         if not spans:
             return []
         category = spans[0][2]
@@ -163,7 +164,9 @@ class Guardrail:
             return _merged([Replacement(start, end, TAGS[entity]) for start, end, entity in spans])
         return []
 
-    async def _find(self, text: str, stage: Stage) -> list[tuple[int, int, str]]:
+    async def _find(
+        self, text: str, stage: Stage, exchange: Exchange
+    ) -> list[tuple[int, int, str]]:
         """(start, end, category) of each finding, in order."""
         kind = self.settings.kind
         if kind == "pii":
@@ -174,7 +177,8 @@ class Guardrail:
                 return [(match.start, match.end, match.category)]
         if self._classify is None or not text.strip():
             return []
-        scores = await self._classify(text, stage)
+        prompt = _last_user_text(exchange) if stage == "output" else ""
+        scores = await self._classify(text, stage, prompt)
         flagged = [
             category
             for category, score in sorted(scores.items(), key=lambda item: -item[1])
@@ -208,3 +212,19 @@ def _merged(spans: list[Replacement]) -> list[Replacement]:
         else:
             out.append(span)
     return out
+
+
+def _last_user_text(exchange: Exchange) -> str:
+    """The request's last user text, the context a guard model judges an answer in (read once
+    per request: a stream asks once a window)."""
+    known = exchange.notes.get("guardrails.prompt")
+    if isinstance(known, str):
+        return known
+    try:
+        slots = request_slots(exchange.route, msgspec.json.decode(exchange.body))
+    except (msgspec.DecodeError, RecursionError):
+        slots = []
+    users = [s.text for s in slots if s.role == "user"]
+    prompt = users[-1] if users else ""
+    exchange.notes["guardrails.prompt"] = prompt
+    return prompt

@@ -99,3 +99,18 @@ async def test_streamed_output_is_judged_by_the_classifier_before_it_goes(
         text, frames = stream_text(r.text)
         assert "attack" not in text and text.startswith("calm calm")
         assert frames[-1]["error"]["code"] == "guardrail_blocked"
+
+
+async def test_a_guard_model_judges_an_answer_in_the_context_of_its_prompt(
+    database_url: str, tmp_path: Path
+) -> None:
+    toml = GUARD_MODEL.replace('models = ["small"]', 'models = ["small"]\nstages = ["output"]')
+    async with inference_rig(database_url, tmp_path, extra_toml=toml) as rig:
+        rig.upstream.behavior.reply_text = "It is sunny."
+        r = await rig.chat(chat_body("what is the weather like"))
+        assert r.status_code == 200, r.text
+        [asked] = [sent for sent in upstream_chats(rig) if sent["model"] == "llama-guard-3"]
+        assert [(m["role"], m["content"]) for m in asked["messages"]] == [
+            ("user", "what is the weather like"),
+            ("assistant", "It is sunny. "),
+        ]
