@@ -38,9 +38,9 @@ def plugin_error(exc: Blocked | PluginUnavailable) -> APIError:
 def model_name(requested: str, model: ResolvedModel) -> str:
     """The `[[models]]` id plugins are configured by: the name the client gave when it is one,
     else the model's first (`provider/upstream` names of a configured model)."""
-    if requested == model.id or requested in model.aliases:
+    if requested in model.aliases:
         return requested
-    return model.aliases[0] if model.aliases else model.id
+    return model.aliases[0] if model.aliases else model.id  # a routed model's id is its own
 
 
 def start(

@@ -226,3 +226,11 @@ async def test_log_action_lets_the_request_through(database_url: str, tmp_path: 
         assert 'gateway_guardrail_findings{guardrail="pii",category="email",action="log"} 1' in (
             metrics
         )
+
+
+async def test_a_model_named_by_provider_and_upstream_is_guarded_as_its_entry(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with inference_rig(database_url, tmp_path, extra_toml=PII_BLOCK) as rig:
+        r = await rig.chat({**chat_body(f"Write to {EMAIL}"), "model": "sim/sim-small"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "guardrail_blocked"
