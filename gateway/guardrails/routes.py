@@ -74,12 +74,12 @@ def routes(
         assert request.principal is not None
         org_id = request.principal.org_id
         name = request.path_params["name"]
+        body = decode_json(await request.body(), GuardrailSwitch)  # a bad body is 400 first
         config = by_name.get(name)
         if config is None:
             raise errors.not_found(
                 f"No guardrail named {name!r} is configured.", code="guardrail_not_found"
             )
-        body = decode_json(await request.body(), GuardrailSwitch)
         if not config.opt_in:
             raise errors.invalid_request(
                 f"The guardrail {name!r} applies to every organization; it cannot be turned"
