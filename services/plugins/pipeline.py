@@ -121,7 +121,6 @@ class PluginRun:
         self.plugins = plugins
         self.exchange = exchange
         self._checks: list[OutputCheck] | None = None
-        self.began = trio.current_time()
 
     async def before(self) -> Stored | None:
         """The `before` hooks in order; an answer from one (the cache) ends the run there.

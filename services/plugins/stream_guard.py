@@ -76,8 +76,8 @@ class _Redactions:
 
 
 class GuardedStream:
-    """The client's sink behind the output checks (`checks`, may be empty) and, with `record`,
-    a copy of what was sent (up to `record_limit` bytes; past it, `recorded` is None)."""
+    """The client's sink behind the output checks (`checks`, may be empty) and, with a
+    `record_limit`, a copy of what was sent (past that many bytes, `recorded` is None)."""
 
     def __init__(
         self,
