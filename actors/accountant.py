@@ -118,6 +118,7 @@ class Accountant(Actor):
                 ledger,
                 payments,
                 self.credit,
+                changed=self.refresh,
                 settings=replenish_settings,
                 max_auto_topups_per_day=max_auto_topups_per_day,
             )
@@ -359,13 +360,23 @@ class Accountant(Actor):
         )
 
     async def credit(
-        self, org_id: str, type: str, micros: int, description: str, *, id: str | None = None
+        self,
+        org_id: str,
+        type: str,
+        micros: int,
+        description: str,
+        *,
+        id: str | None = None,
+        payment_ref: str | None = None,
     ) -> Transaction:
-        """A balance change made on this instance outside of usage (top-up, adjustment): written
-        at once, and seen by the next reservation. With `id`, written once: a second credit
-        with it raises UniqueViolation and changes nothing."""
+        """A balance change made on this instance outside of usage (top-up, refund, dispute,
+        adjustment; negative takes away): written at once, and seen by the next reservation.
+        With `id`, written once: a second credit with it raises UniqueViolation and changes
+        nothing. `payment_ref`: the processor's payment the row is of."""
         async with self._v.lock:
-            txn = await self._ledger.apply(org_id, type, micros, description, id=id)
+            txn = await self._ledger.apply(
+                org_id, type, micros, description, id=id, payment_ref=payment_ref
+            )
             if self._shared is not None:
                 try:
                     await self._shared.credit(org_id, micros)

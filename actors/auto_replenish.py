@@ -16,34 +16,30 @@ concurrently, each charging first and crediting after, never one without the oth
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import trio
 
 from actors.base import Actor
-from actors.charge_credit import credit_id, refund_unless_credited
+from actors.charge_credit import refund_unless_credited
 from actors.inbox import Inbox
 from actors.settings import DEFAULTS, ActorSettings
-from protocol.billing import TOPUP, day_of
-from protocol.errors import PaymentDeclined
-from protocol.payments import PaymentProcessor
+from protocol.billing import day_of
+from protocol.errors import PaymentDeclined, PaymentRequiresAction, PaymentUnavailable
+from protocol.payments import REPLENISH_KIND, PaymentProcessor
 from protocol.timefmt import now_us
-from storage.ledger import LedgerRepository, Transaction
+from services.payment_ledger import Credit, credit_payment, replenish_failed
+from storage.ledger import LedgerRepository
 
 log = logging.getLogger("gateway.accountant")
 
-# An attempt's claim counts as abandoned after this (a crashed instance); a declined payment
-# is retried after this long, not in a loop (docs/billing.md).
+# An attempt's claim counts as abandoned after this (a crashed instance); a processor that could
+# not be reached is tried again after this long, not in a loop. A declined payment turns
+# auto-replenish off (with the reason on the account and `billing.auto_replenish_failed`) until
+# the org switches it on again (docs/billing.md).
 REPLENISH_CLAIM_US = 5 * 60 * 1_000_000
 REPLENISH_RETRY_US = 60 * 60 * 1_000_000
-
-
-class Credit(Protocol):
-    def __call__(
-        self, org_id: str, type: str, micros: int, description: str, *, id: str | None = None
-    ) -> Awaitable[Transaction]: ...
 
 
 @dataclass
@@ -64,6 +60,7 @@ class AutoReplenish(Actor):
         payments: PaymentProcessor,
         credit: Credit,
         *,
+        changed: Callable[[str], None] = lambda org_id: None,
         settings: ActorSettings | None = None,
         max_auto_topups_per_day: int = 3,
     ) -> None:
@@ -72,6 +69,7 @@ class AutoReplenish(Actor):
         self._ledger = ledger
         self._payments = payments
         self._credit = credit  # the accountant's: its view of the org sees the top-up at once
+        self._changed = changed  # the accountant's `refresh`: auto-replenish was turned off
         self._max_per_day = max_auto_topups_per_day
         self._inbox: Inbox[str] = Inbox(
             settings.inbox_capacity, overflow=settings.overflow, name=self.name
@@ -168,21 +166,44 @@ class AutoReplenish(Actor):
         amount = claim.amount
         if amount is None:
             return  # not due, another instance has it, a failure waits, or the day's cap
-        method = self._payments.default_method(org_id)
         reference = f"replenish:{org_id}:{now}"
         try:
-            await self._payments.charge(org_id, method, amount, reference)
-        except PaymentDeclined as exc:
+            method = await self._payments.default_method(org_id)
+            if method is None:
+                raise PaymentDeclined("The organization has no default payment method.", "none")
+            payment = await self._payments.charge(
+                org_id, method, amount, reference, kind=REPLENISH_KIND, off_session=True
+            )
+        except (PaymentDeclined, PaymentRequiresAction) as exc:  # off session: no one to ask
             self.stats.replenish_failures += 1
-            log.warning("auto-replenish of %s declined: %s; retrying later", org_id, exc)
+            code = exc.code if isinstance(exc, PaymentDeclined) else "authentication_required"
+            if code == "none":
+                code = "no_payment_method"
+            if await replenish_failed(
+                self._ledger, org_id, code=code, message=str(exc), micros=amount
+            ):
+                self._changed(org_id)
+            return
+        except PaymentUnavailable as exc:  # retried after REPLENISH_RETRY_US
+            self.stats.replenish_failures += 1
+            log.warning("auto-replenish of %s failed: %s; retrying later", org_id, exc)
+            await refund_unless_credited(self._ledger, self._payments, org_id, reference)
             await self._ledger.end_replenish(org_id, failure=str(exc), now=now_us())
             return
         except BaseException:  # the charge may have happened
             await refund_unless_credited(self._ledger, self._payments, org_id, reference)
             raise
-        description = f"Auto top-up ({method.brand} {method.last4})"
         try:
-            await self._credit(org_id, TOPUP, amount, description, id=credit_id(reference))
+            await credit_payment(
+                self._ledger,
+                self._credit,
+                org_id,
+                payment.id,
+                amount,
+                REPLENISH_KIND,
+                method.label,
+                credit_ref=payment.credit_ref,
+            )
         except BaseException:  # failed or stopped: never charged without the credit
             await refund_unless_credited(self._ledger, self._payments, org_id, reference)
             raise

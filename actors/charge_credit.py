@@ -5,12 +5,11 @@ row is there. Used by top-ups (gateway/credits/topups.py) and auto-replenish (ac
 
 from __future__ import annotations
 
-import hashlib
 import logging
 
 import trio
 
-from protocol.payments import PaymentProcessor
+from protocol.payments import PaymentProcessor, credit_id
 from storage.ledger import LedgerRepository
 
 log = logging.getLogger(__name__)
@@ -20,16 +19,16 @@ log = logging.getLogger(__name__)
 UNDO_S = 10.0
 
 
-def credit_id(reference: str) -> str:
-    """The ledger row id of the credit for the charge with this reference."""
-    return "txn_" + hashlib.sha256(reference.encode()).hexdigest()[:24]
-
-
 async def refund_unless_credited(
     ledger: LedgerRepository, payments: PaymentProcessor, org_id: str, reference: str
 ) -> None:
     """Refund the charge unless its credit row exists. Shielded from cancellation and bounded
-    by UNDO_S; logs what it could not do (with the reference, to reconcile), never raises."""
+    by UNDO_S; logs what it could not do (with the reference, to reconcile), never raises.
+    A processor that reconciles is never asked: a charge that happened is credited by its
+    webhook or the reconciler (actors/payment_reconciler.py) instead."""
+    if payments.reconciles:
+        log.warning("charge %s of %s not credited yet: left to the reconciler", reference, org_id)
+        return
     with trio.CancelScope(shield=True) as scope:
         scope.deadline = trio.current_time() + UNDO_S
         try:

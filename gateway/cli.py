@@ -17,6 +17,7 @@ from actors.shared_holds import open_shared_holds
 from gateway.bootstrap import accept_bootstrap_key, first_start_key
 from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.config.master_key import MasterKeyError, load_master_key
+from gateway.credits.refund_command import refund_command
 from gateway.keyring.command import rotate_command
 from gateway.logs import setup_logging
 from gateway.management_keys import management_keys_command
@@ -61,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     grant.add_argument("amount_usd", type=_usd_amount)
     grant.add_argument("--note", default="Credit granted by an operator")
     grant.add_argument("--config")
+    refund = admin_commands.add_parser(
+        "refund", help="refund a top-up through the payment processor (a `refund` row)"
+    )
+    refund.add_argument("txn_id", help="the top-up's transaction id (txn_…)")
+    refund.add_argument("--amount", type=_usd_amount, help="USD (default: what is left)")
+    refund.add_argument("--config")
     _management_keys_parser(admin_commands)
     rotate = admin_commands.add_parser(
         "rotate-master-key",
@@ -205,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return trio.run(_create_org, config, args.name, args.plan)
         if args.command == "admin" and args.admin_command == "grant-credits":
             return trio.run(_grant_credits, config, args.org, args.amount_usd, args.note)
+        if args.command == "admin" and args.admin_command == "refund":
+            return trio.run(refund_command, config, args.txn_id, args.amount)
         if args.command == "admin" and args.admin_command == "management-keys":
             return trio.run(management_keys_command, config, args)
         if args.command == "admin" and args.admin_command == "rotate-master-key":

@@ -32,10 +32,10 @@ from gateway.operations.actor_metrics import register_actor_gauges
 from gateway.operations.metrics import Metrics
 from gateway.operations.readiness import Readiness
 from protocol.credentials import CredentialHasher
+from protocol.payments import PaymentProcessor
 from protocol.secretbox import PROVIDER_KEYS
 from services.auth import Authenticator
 from services.keyring import KeyringWatch, WatchedBox
-from services.payments import PaymentProcessor, open_processor
 from services.provider_keys import ProviderKeyResolver
 from storage.open import Storage
 
@@ -78,6 +78,7 @@ async def start_core(
     limiter: RateLimiter,
     shared_holds: SharedHolds | None,
     upstreams: Upstreams,
+    payments: PaymentProcessor,
     cache_poll_interval: float,
     last_used_interval: float,
 ) -> Core:
@@ -104,7 +105,6 @@ async def start_core(
         CredentialEpochWatcher(storage.keys, credentials_changed, interval=cache_poll_interval)
     )
     relays = StreamRelays()
-    payments = open_processor(config.billing.payment_provider)
     accountant = Accountant(
         storage.ledger,
         storage.orgs,

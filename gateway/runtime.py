@@ -26,6 +26,7 @@ from gateway.config import Config, ProviderConfig
 from gateway.config.master_key import load_master_key
 from gateway.core import Core, start_core
 from gateway.credits.area import open_credits
+from gateway.credits.processor import open_processor
 from gateway.files.area import open_files
 from gateway.fine_tuning.area import open_fine_tuning
 from gateway.guardrails.area import open_guardrails
@@ -68,7 +69,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 open_audio(core, inference),
                 open_keys(core),
                 open_provider_keys(core),
-                open_credits(core),
+                await open_credits(core),
                 files,
                 open_images(core, inference, files),
                 await open_responses(core, inference),
@@ -96,6 +97,7 @@ async def open_runtime(
         open_rate_limiter(config.redis_url, settings=config.actors["rate_limiter"]) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
         Upstreams({p.name: _client(p) for p in config.providers}) as upstreams,
+        open_processor(config, storage) as payments,
         # The areas' resources are entered inside the nursery (their actors need the running
         # supervisor) but left after it: once no actor can use them any more.
         AsyncExitStack() as area_resources,
@@ -113,6 +115,7 @@ async def open_runtime(
             limiter=limiter,
             shared_holds=shared_holds,
             upstreams=upstreams,
+            payments=payments,
             cache_poll_interval=cache_poll_interval,
             last_used_interval=last_used_interval,
         )

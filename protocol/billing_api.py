@@ -20,6 +20,8 @@ class CreditAccount(msgspec.Struct, kw_only=True):
     auto_replenish: bool
     replenish_amount_usd: float  # 0.0: not set
     replenish_threshold_usd: float  # 0.0: not set
+    # Why auto-replenish was turned off (an automatic top-up declined); null otherwise.
+    auto_replenish_failure: str | None = None
 
 
 class CreditSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -73,4 +75,49 @@ class Subscription(msgspec.Struct, kw_only=True):
     current_period_start: str
     current_period_end: str
     usage_this_period_usd: float
-    payment_method: PaymentMethodInfo
+    payment_method: PaymentMethodInfo | None  # null: the organization has no default method
+
+
+MethodId = Annotated[str, Meta(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_]+$")]
+
+
+class PaymentMethodItem(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "payment_method"
+    type: str
+    brand: str
+    last4: str
+    exp_month: int | None = None
+    exp_year: int | None = None
+    is_default: bool
+
+
+class PaymentMethodList(msgspec.Struct, kw_only=True):
+    object: str = "list"
+    data: list[PaymentMethodItem]
+    has_more: bool = False
+
+
+class AttachPaymentMethod(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/billing/payment_methods: a payment method collected with a SetupIntent (or a
+    Stripe test token such as `pm_card_visa`); `default`: make it the default too."""
+
+    payment_method_id: MethodId
+    default: bool = False
+
+
+class DeletedPaymentMethod(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "payment_method"
+    deleted: bool = True
+
+
+class SetupIntentBody(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "setup_intent"
+    client_secret: str
+
+
+class WebhookAck(msgspec.Struct, kw_only=True):
+    received: bool = True
+    duplicate: bool = False

@@ -28,7 +28,9 @@ the upstream client names the provider (`named`):
      │                              `param`: the job's `error`)
      ├── BlobCorrupt                an encrypted blob does not authenticate (protocol/blobcrypt.py)
      ├── SecretBoxError             a sealed value cannot be opened (protocol/secretbox.py)
-     ├── PaymentDeclined            the payment processor refused the charge (402)
+     ├── PaymentDeclined            the payment processor refused the charge (402; `code`)
+     ├── PaymentRequiresAction      the payment waits for the customer (3-D Secure; 402)
+     ├── PaymentUnavailable         the payment processor cannot be reached (503)
      ├── UnknownPaymentMethod       no such payment method for the organization (400)
      └── ValueError
           └── SecretTooShort        a client-chosen webhook secret too short to resist guessing
@@ -71,6 +73,7 @@ class APIError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -79,9 +82,14 @@ class APIError(Exception):
         self.code = code
         self.param = param
         self.headers: dict[str, str] = dict(headers or {})
+        # More fields of the error object, after the four (e.g. a payment's `client_secret`).
+        self.extra = dict(extra or {})
 
     def body(self) -> bytes:
         detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
+        if self.extra:
+            fields = msgspec.structs.asdict(detail)
+            return msgspec.json.encode({"error": {**self.extra, **fields}})
         return msgspec.json.encode(ErrorBody(error=detail))
 
     def __repr__(self) -> str:
@@ -160,7 +168,29 @@ class SecretBoxError(Exception):
 
 
 class PaymentDeclined(Exception):
-    """The processor refused the charge (402); nothing was taken."""
+    """The processor refused the charge (402); nothing was taken. `code`: the processor's
+    decline code (e.g. card_declined, insufficient_funds, authentication_required)."""
+
+    def __init__(self, message: str, code: str = "card_declined") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PaymentRequiresAction(Exception):
+    """The payment waits for the customer (3-D Secure): nothing is taken yet; it is credited
+    when it succeeds (the processor's webhook, or the reconciler). `client_secret` lets the
+    client finish it (Stripe.js `handleNextAction`)."""
+
+    def __init__(self, payment_id: str, client_secret: str | None, status: str) -> None:
+        super().__init__(f"payment {payment_id} is {status}")
+        self.payment_id = payment_id
+        self.client_secret = client_secret
+        self.status = status
+
+
+class PaymentUnavailable(Exception):
+    """The processor could not be reached or failed (503). Whether a charge happened is unknown
+    to the caller; a processor that reconciles credits any charge that did."""
 
 
 class UnknownPaymentMethod(Exception):

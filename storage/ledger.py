@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol.billing import (
     EXHAUSTED,
+    REFUND,
     USAGE,
     KeyBudget,
     Period,
@@ -39,6 +40,8 @@ _COLUMNS = (
     "key_id",
     "created_at",
 )
+_PAYMENT_COLUMNS = (*_COLUMNS, "payment_ref")  # usage rows (the hot path) never carry one
+REPLENISH_FAILED_EVENT = "billing.auto_replenish_failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,9 @@ class Account:
     auto_replenish: bool
     replenish_amount_micros: int | None
     replenish_threshold_micros: int | None
+    # Why the last automatic top-up failed (a decline turns auto-replenish off), until it is
+    # switched on again.
+    replenish_failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ class Transaction:
     request_id: str | None
     key_id: str | None
     created_at: int
+    payment_ref: str | None = None  # the processor's payment a top-up, refund or dispute row is of
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +109,7 @@ def _account(row: Row) -> Account:
         auto_replenish=bool(row["auto_replenish"]),
         replenish_amount_micros=_int(row["replenish_amount_micros"]),
         replenish_threshold_micros=_int(row["replenish_threshold_micros"]),
+        replenish_failure=row["replenish_failure"],
     )
 
 
@@ -121,6 +129,7 @@ def _transaction(row: Row) -> Transaction:
         request_id=row["request_id"],
         key_id=row["key_id"],
         created_at=int(row["created_at"]),
+        payment_ref=row["payment_ref"],
     )
 
 
@@ -161,15 +170,24 @@ class LedgerRepository:
         tx: Executor | None = None,
         id: str | None = None,
         key_id: str | None = None,
+        payment_ref: str | None = None,
     ) -> Transaction:
         """Add `micros` (negative takes away) to the balance with its row, atomically. With
         `tx`, inside the caller's transaction. With `id`, the row's id: a second apply with it
         raises UniqueViolation and changes nothing (a top-up is credited once). `key_id` names
-        the key the row is for (a training hold's; the key's spend is the caller's to add)."""
+        the key the row is for (a training hold's; the key's spend is the caller's to add);
+        `payment_ref` the processor's payment a top-up, refund or dispute row is of."""
         if tx is None:
             async with self._db.transaction() as own:
                 return await self.apply(
-                    org_id, type, micros, description, tx=own, id=id, key_id=key_id
+                    org_id,
+                    type,
+                    micros,
+                    description,
+                    tx=own,
+                    id=id,
+                    key_id=key_id,
+                    payment_ref=payment_ref,
                 )
         await _ensure_account(tx, org_id)
         now = now_us()
@@ -192,8 +210,10 @@ class LedgerRepository:
             request_id=None,
             key_id=key_id,
             created_at=now,
+            payment_ref=payment_ref,
         )
-        await tx.insert_many("transactions", _COLUMNS, [tuple(getattr(row, c) for c in _COLUMNS)])
+        values = tuple(getattr(row, c) for c in _PAYMENT_COLUMNS)
+        await tx.insert_many("transactions", _PAYMENT_COLUMNS, [values])
         return row
 
     async def settle(self, charges: Sequence[UsageCharge], *, skip_stored: bool = False) -> Settled:
@@ -279,6 +299,24 @@ class LedgerRepository:
         )
         return None if row is None else _transaction(row)
 
+    async def find(self, txn_id: str) -> Transaction | None:
+        """A row by id, whichever org's (an operator's refund names only the row)."""
+        row = await self._db.fetchrow("SELECT * FROM transactions WHERE id = :id", {"id": txn_id})
+        return None if row is None else _transaction(row)
+
+    async def stored_ids(self, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` are rows already (the reconciler's question)."""
+        return await _stored_ids(self._db, ids)
+
+    async def refunded_micros(self, payment_ref: str) -> int:
+        """What refund rows gave back of the payment so far, as a positive amount."""
+        value = await self._db.fetchval(
+            "SELECT COALESCE(SUM(amount_micros), 0) FROM transactions"
+            " WHERE payment_ref = :ref AND type = :type",
+            {"ref": payment_ref, "type": REFUND},
+        )
+        return -int(value)
+
     async def sum_rows(self, org_id: str) -> int:
         """The sum of every row of the org: equals its balance (the ledger's invariant)."""
         value = await self._db.fetchval(
@@ -360,6 +398,24 @@ class LedgerRepository:
             },
         )
 
+    async def disable_replenish(self, org_id: str, failure: str, data: dict[str, Any]) -> bool:
+        """An automatic top-up was declined: switch auto-replenish off with the reason (shown
+        on the account until it is switched on again) and write `billing.auto_replenish_failed`
+        (`data`) in the same transaction. False, writing nothing, when it was off already."""
+        now = now_us()
+        async with self._db.transaction() as tx:
+            done = await tx.fetchval(
+                "UPDATE credit_accounts SET auto_replenish = FALSE, replenish_due = FALSE,"
+                " replenish_claimed_at = NULL, replenish_failed_at = :now,"
+                " replenish_failure = :failure, updated_at = :now"
+                " WHERE org_id = :org_id AND auto_replenish RETURNING org_id",
+                {"now": now, "failure": failure, "org_id": org_id},
+            )
+            if done is None:
+                return False
+            await events.append(tx, org_id, REPLENISH_FAILED_EVENT, data)
+            return True
+
     async def replenish_state(self, org_id: str) -> tuple[int | None, str | None]:
         """When the last auto-replenish failed and why (None, None after a success)."""
         row = await self._db.fetchrow(
@@ -378,6 +434,8 @@ class LedgerRepository:
         async with self._db.transaction() as tx:
             await _ensure_account(tx, org_id)
             if changes:
+                if changes.get("auto_replenish"):  # on again: the last failure is read
+                    changes = {**changes, "replenish_failure": None, "replenish_failed_at": None}
                 sets = ", ".join(f"{name} = :{name}" for name in changes)
                 await tx.execute(
                     f"UPDATE credit_accounts SET {sets}, updated_at = :now WHERE org_id = :org_id",

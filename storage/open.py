@@ -18,6 +18,7 @@ from storage.keys import KeyRepository
 from storage.ledger import LedgerRepository
 from storage.migrate import migrate
 from storage.orgs import OrgRepository
+from storage.payments import PaymentRecords
 from storage.postgres import open_postgres
 from storage.provider_keys import ProviderKeyRepository
 from storage.responses import ResponseRepository
@@ -34,6 +35,7 @@ class Storage:
     files: FileRepository
     idempotency: IdempotencyRepository
     ledger: LedgerRepository
+    payments: PaymentRecords
     provider_keys: ProviderKeyRepository
     webhooks: WebhookRepository
     keyring: KeyringRepository
@@ -52,6 +54,7 @@ class Storage:
             files=FileRepository(db),
             idempotency=IdempotencyRepository(db),
             ledger=LedgerRepository(db),
+            payments=PaymentRecords(db),
             provider_keys=ProviderKeyRepository(db),
             webhooks=WebhookRepository(db),
             keyring=KeyringRepository(db),

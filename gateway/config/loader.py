@@ -22,7 +22,7 @@ import msgspec
 from actors.settings import DEFAULTS as ACTOR_DEFAULTS
 from actors.settings import FIRE_AND_FORGET_KINDS, ActorSettings, inapplicable
 from gateway.config.errors import ENVIRONMENT, ConfigError, translate
-from gateway.config.schema import Config, FilesConfig
+from gateway.config.schema import BillingConfig, Config, FilesConfig
 from gateway.config.values import MasterKey, decode_custom, describe
 from protocol.credentials import OPERATOR_PREFIX
 from protocol.provider_keys import sendable_as_header
@@ -41,6 +41,7 @@ VARIABLES = {
     "GATEWAY_BOOTSTRAP_MANAGEMENT_KEY": "bootstrap_management_key",
     "GATEWAY_LOG_LEVEL": "log_level",
     "GATEWAY_OPERATOR_KEY": "operator_keys",
+    "GATEWAY_ENV": "environment",
 }
 _INTEGERS = frozenset({"GATEWAY_PORT", "GATEWAY_WORKERS"})
 # Keys only the environment (or the loader) sets: in the file they are unknown.
@@ -50,6 +51,9 @@ _NOT_IN_FILE = (
     "operator_keys",
     "files.s3_access_key_id",
     "files.s3_secret_access_key",
+    "environment",
+    "billing.stripe_secret_key",
+    "billing.stripe_webhook_secret",
 )
 OPERATOR_KEY_MIN_LENGTH = 32
 _BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")  # RFC 6750's b64token
@@ -267,7 +271,10 @@ def _checked(config: Config, file: str, environ: Mapping[str, str]) -> Config:
                 f" ({', '.join(sorted(FIRE_AND_FORGET_KINDS))})",
             )
     return msgspec.structs.replace(
-        config, providers=tuple(providers), files=_s3_credentials(config, environ)
+        config,
+        providers=tuple(providers),
+        files=_s3_credentials(config, environ),
+        billing=_stripe_secrets(config, environ),
     )
 
 
@@ -300,6 +307,34 @@ def _check_policies(
             if mirror.model not in models or mirror.model == model.id:
                 problem = f"{describe(mirror.model)} is not the id of another [[models]] entry"
                 raise ConfigError(file, f"models[{index}].mirrors[{i}].model", problem)
+
+
+def _stripe_secrets(config: Config, environ: Mapping[str, str]) -> BillingConfig:
+    """`[billing]` with Stripe's secrets from the environment (payment_provider = "stripe"
+    needs both), and the test processor refused in production while billing is on."""
+    billing = config.billing
+    if billing.payment_provider == "test":
+        if config.environment == "production" and billing.enabled:
+            raise ConfigError(
+                ENVIRONMENT,
+                "GATEWAY_ENV",
+                'is "production", where payment_provider = "test" is refused: it credits'
+                ' top-ups without taking any money (set [billing] payment_provider = "stripe")',
+            )
+        return billing
+    secrets = {}
+    for variable in ("STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET"):
+        value = environ.get(variable, "").strip()
+        if not value:
+            raise ConfigError(ENVIRONMENT, variable, 'is required with payment_provider = "stripe"')
+        if not sendable_as_header(value):
+            raise ConfigError(ENVIRONMENT, variable, "must be visible ASCII characters only")
+        secrets[variable.lower().removeprefix("stripe_")] = value
+    return msgspec.structs.replace(
+        billing,
+        stripe_secret_key=secrets["secret_key"],
+        stripe_webhook_secret=secrets["webhook_secret"],
+    )
 
 
 def _s3_credentials(config: Config, environ: Mapping[str, str]) -> FilesConfig:

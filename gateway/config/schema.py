@@ -228,12 +228,33 @@ class DatabaseConfig(_Table, frozen=True):
 
 
 class BillingConfig(_Table, frozen=True):
-    payment_provider: Literal["test"] = "test"
+    """`[billing]` (docs/billing.md). "test" takes no money (development and tests only: refused
+    when GATEWAY_ENV = production); "stripe" charges through Stripe with STRIPE_SECRET_KEY and
+    verifies Stripe's webhooks with STRIPE_WEBHOOK_SECRET (both from the environment only)."""
+
+    payment_provider: Literal["test", "stripe"] = "test"
+    # Stripe's API address: only for a simulator (bench/stripe/); None is Stripe itself.
+    stripe_api_base: str | None = None
+    # How often the reconciler lists Stripe's recent PaymentIntents to credit any succeeded one
+    # the ledger misses, and how far back it looks (actors/payment_reconciler.py).
+    reconcile_interval_s: Annotated[float, Meta(ge=1, le=86_400)] = 300.0
+    reconcile_window_s: Annotated[float, Meta(ge=60, le=30 * 86_400)] = 3 * 86_400.0
+    stripe_secret_key: str | None = None  # from STRIPE_SECRET_KEY only
+    stripe_webhook_secret: str | None = None  # from STRIPE_WEBHOOK_SECRET only
     # Reserve, charge and write usage to the ledger on inference requests. Off: requests are
     # neither checked against the balance nor billed (top-ups and the ledger still work).
     enabled: bool = True
     # Automatic top-ups (auto-replenish) per organization and UTC day, across instances; 0: none.
     max_auto_topups_per_day: Annotated[int, Meta(ge=0, le=100)] = 3
+
+    def __post_init__(self) -> None:
+        check_http_url(self, "stripe_api_base")
+        if self.payment_provider != "stripe" and self.stripe_api_base is not None:
+            raise FieldProblem("stripe_api_base", 'applies only with payment_provider = "stripe"')
+
+    def __repr__(self) -> str:
+        masked = frozenset({"stripe_secret_key", "stripe_webhook_secret"})
+        return safe_repr(self, masked, frozenset({"stripe_api_base"}))
 
 
 _S3_ONLY = ("s3_endpoint_url", "s3_bucket", "s3_region", "s3_prefix")
@@ -304,6 +325,9 @@ class Config(_Table, frozen=True):
     # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:
     # those routes are disabled.
     operator_keys: tuple[str, ...] = ()
+    # GATEWAY_ENV: "production" refuses what only development may use (the test payment
+    # processor); anything else, or unset, is development.
+    environment: str = "development"
 
     def __post_init__(self) -> None:
         check_http_url(self, "public_base_url")

@@ -8,7 +8,8 @@ from datetime import date, datetime
 from msgspec import UnsetType
 
 from actors.accountant import Accountant
-from gateway.credits.topups import top_up
+from gateway.credits.payment_methods import processor_errors
+from gateway.credits.topups import top_up, unknown_method
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.billing import (
@@ -58,6 +59,7 @@ def account_body(account: Account) -> CreditAccount:
         auto_replenish=account.auto_replenish,
         replenish_amount_usd=_usd(account.replenish_amount_micros),
         replenish_threshold_usd=_usd(account.replenish_threshold_micros),
+        auto_replenish_failure=None if account.auto_replenish else account.replenish_failure,
     )
 
 
@@ -185,19 +187,21 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
             request=TopupRequest,
             response=TopupResult,
             scope=BILLING_WRITE,
-            errors=(400, *_AUTH_ERRORS, 402, 409, 413),
+            errors=(400, *_AUTH_ERRORS, 402, 409, 413, 503),
         )
     )
     async def topup(request: Request) -> Response:
         principal = _principal(request)
         raw = await request.body()
         body = decode_json(raw, TopupRequest)
+        with processor_errors():
+            method = await _method(payments, principal.org_id, body.payment_method_id)
         outcome = await top_up(
             storage,
             accountant,
             payments,
             org_id=principal.org_id,
-            method=_method(payments, principal.org_id, body.payment_method_id),
+            method=method,
             micros=usd_to_micros(body.amount_usd),
             key=request.header(b"idempotency-key"),
             body=raw,
@@ -254,7 +258,7 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
             "Billing",
             response=Subscription,
             scope=BILLING_READ,
-            errors=_AUTH_ERRORS,
+            errors=(*_AUTH_ERRORS, 503),
         )
     )
     async def subscription(request: Request) -> Response:
@@ -264,7 +268,8 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
         period = month_of(now_us())
         used = await storage.ledger.usage_between(principal.org_id, period.start_us, period.end_us)
         used += accountant.pending_micros(principal.org_id)
-        method = payments.default_method(principal.org_id)
+        with processor_errors():
+            method = await payments.default_method(principal.org_id)
         return json_response(
             Subscription(
                 plan=plan,
@@ -273,9 +278,9 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
                 current_period_start=to_iso(period.start_us) or "",
                 current_period_end=to_iso(period.end_us) or "",
                 usage_this_period_usd=micros_to_usd(used),
-                payment_method=PaymentMethodInfo(
-                    type=method.type, last4=method.last4, brand=method.brand
-                ),
+                payment_method=None
+                if method is None
+                else PaymentMethodInfo(type=method.type, last4=method.last4, brand=method.brand),
             )
         )
 
@@ -294,20 +299,27 @@ def _with_pending(account: Account, accountant: Accountant) -> Account:
         auto_replenish=account.auto_replenish,
         replenish_amount_micros=account.replenish_amount_micros,
         replenish_threshold_micros=account.replenish_threshold_micros,
+        replenish_failure=account.replenish_failure,
     )
 
 
-def _method(payments: PaymentProcessor, org_id: str, method_id: str | None) -> PaymentMethod:
-    if method_id is None:
-        return payments.default_method(org_id)
-    try:
-        return payments.method(org_id, method_id)
-    except UnknownPaymentMethod:
+async def _method(payments: PaymentProcessor, org_id: str, method_id: str | None) -> PaymentMethod:
+    """The chosen method (400 when it is not the org's), else the default (400 when there is
+    none)."""
+    if method_id is not None:
+        try:
+            return await payments.method(org_id, method_id)
+        except UnknownPaymentMethod:
+            raise unknown_method(method_id) from None
+    method = await payments.default_method(org_id)
+    if method is None:
         raise errors.invalid_request(
-            f"No payment method {method_id!r} for this organization.",
+            "The organization has no default payment method: attach one"
+            " (POST /v1/billing/payment_methods) or send `payment_method_id`.",
             param="payment_method_id",
-            code="payment_method_not_found",
-        ) from None
+            code="payment_method_required",
+        )
+    return method
 
 
 def _principal(request: Request) -> Principal:

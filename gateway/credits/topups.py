@@ -5,17 +5,22 @@ Money rule: no path takes a payment without crediting it. The whole flow runs sh
 the caller's cancellation (a client that leaves does not interrupt it) under its own deadline
 (`FINISH_S`). What makes any interruption recoverable:
 
-- the processor's charge is idempotent per reference (`topup:{org}:{Idempotency-Key}`), and
-  refundable by it;
-- the ledger row's id is derived from the same reference, so a top-up is credited at most
-  once, however often it is retried;
+- the processor's charge is idempotent per reference (`topup:{org}:{Idempotency-Key}`): a
+  retry finds the same charge (with Stripe, the same PaymentIntent);
+- the ledger row's id is derived from the payment's `credit_ref` (the test processor: the
+  reference; Stripe: the PaymentIntent's id), so a payment is credited at most once, whoever
+  credits it and however often it is retried;
 - on a failure after the charge may have happened (an error or the deadline, in the charge or
-  the credit), the charge is refunded unless its ledger row exists, and the key is released:
-  a retry with the same key then charges (again, after a refund) and credits exactly once.
-
-A refund that fails (the processor cannot be reached within `UNDO_S`) is logged with
-the reference for reconciliation against the processor's records; that is the one case
-left to an operator.
+  the credit), the key is released, and
+  - Stripe: nothing is undone. A payment that succeeded is credited by its webhook or by the
+    reconciler (actors/payment_reconciler.py), whatever happened here;
+  - the test processor (which has neither): the charge is refunded unless its ledger row
+    exists, and a retry with the same key charges again and credits exactly once. A refund
+    that fails (the processor cannot be reached within `UNDO_S`) is logged with the reference
+    for an operator.
+- 3-D Secure (Stripe): nothing is taken yet; the answer is 402 `payment_requires_action` with
+  the PaymentIntent's `client_secret`, and the credit comes with the webhook once the
+  cardholder finished.
 """
 
 from __future__ import annotations
@@ -28,18 +33,23 @@ import msgspec
 import trio
 
 from actors.accountant import Accountant
-from actors.charge_credit import credit_id, refund_unless_credited
+from actors.charge_credit import refund_unless_credited
 from gateway.web.idempotency import stored_response
 from protocol import errors
-from protocol.billing import MAX_TOPUP_MICROS, MIN_TOPUP_MICROS, TOPUP
+from protocol.billing import MAX_TOPUP_MICROS, MIN_TOPUP_MICROS
 from protocol.billing_api import TopupResult
-from protocol.errors import PaymentDeclined
+from protocol.errors import (
+    PaymentDeclined,
+    PaymentRequiresAction,
+    PaymentUnavailable,
+    UnknownPaymentMethod,
+)
 from protocol.ids import new_id
 from protocol.labels import check_idempotency_key
 from protocol.money import micros_to_usd
-from protocol.payments import PaymentMethod, PaymentProcessor
+from protocol.payments import MICROS_PER_CENT, TOPUP_KIND, PaymentMethod, PaymentProcessor
 from protocol.timefmt import now_us, to_iso
-from storage.errors import UniqueViolation
+from services.payment_ledger import credit_payment
 from storage.idempotency import COMPLETED
 from storage.ledger import Transaction
 from storage.open import Storage
@@ -69,6 +79,10 @@ def check_amount(micros: int) -> None:
     if micros < MIN_TOPUP_MICROS:
         raise errors.invalid_request(
             "The minimum top-up is 5.00 USD.", param="amount_usd", code="amount_too_small"
+        )
+    if micros % MICROS_PER_CENT:
+        raise errors.invalid_request(
+            "`amount_usd` must be a whole number of cents.", param="amount_usd"
         )
     if micros > MAX_TOPUP_MICROS:
         raise errors.invalid_request(
@@ -168,33 +182,57 @@ class _Flow:
         self._payments = payments
         self.org_id = org_id
         self.reference = reference  # the processor's idempotency key
-        self.txn_id = credit_id(reference)
         self._stored_key = stored_key
 
     async def run(self, method: PaymentMethod, micros: int) -> TopupResult:
         try:
-            await self._payments.charge(self.org_id, method, micros, self.reference)
+            payment = await self._payments.charge(self.org_id, method, micros, self.reference)
         except PaymentDeclined as exc:
             await self.compensate(charged=False)
             raise errors.payment_required(
                 f"The payment method was declined: {exc}",
-                code="card_declined",
+                code=exc.code,
                 param="payment_method_id",
+            ) from None
+        except PaymentRequiresAction as exc:  # nothing taken yet; credited when it succeeds
+            await self.compensate(charged=False)
+            raise errors.APIError(
+                402,
+                "The payment needs the cardholder to authenticate it (3-D Secure): finish it"
+                " with the `client_secret` (Stripe.js `handleNextAction`); the credit is added"
+                " when it succeeds.",
+                type="billing_error",
+                code="payment_requires_action",
+                param="payment_method_id",
+                extra={"payment_intent": exc.payment_id, "client_secret": exc.client_secret},
+            ) from None
+        except UnknownPaymentMethod as exc:
+            await self.compensate(charged=False)
+            raise unknown_method(str(exc)) from None
+        except PaymentUnavailable:
+            await self.compensate(charged=True)  # the charge may have happened
+            raise errors.APIError(
+                503,
+                "The payment processor could not be reached; nothing was credited. Retry with"
+                " the same Idempotency-Key: a charge that did happen is never taken twice.",
+                type="server_error",
+                code="payment_provider_unavailable",
+                headers={"Retry-After": "5"},
             ) from None
         except BaseException:
             await self.compensate(charged=True)  # the charge may have happened
             raise
-        description = f"Top-up ({method.brand} {method.last4})"
         try:
-            try:
-                txn = await self._accountant.credit(
-                    self.org_id, TOPUP, micros, description, id=self.txn_id
-                )
-            except UniqueViolation:  # credited by an earlier attempt with this key
-                found = await self._storage.ledger.transaction(self.org_id, self.txn_id)
-                if found is None:
-                    raise
-                txn = found
+            txn, _ = await credit_payment(
+                self._storage.ledger,
+                self._accountant.credit,
+                self.org_id,
+                payment.id,
+                micros,
+                TOPUP_KIND,
+                method.label,
+                credit_ref=payment.credit_ref,
+            )
         except BaseException:
             await self.compensate(charged=True)
             raise
@@ -218,6 +256,14 @@ class _Flow:
                 log.exception("could not release top-up key %s", self._stored_key)
         if scope.cancelled_caught:
             log.error("releasing top-up key %s took over %s s", self._stored_key, COMPENSATE_S)
+
+
+def unknown_method(method_id: str) -> errors.APIError:
+    return errors.invalid_request(
+        f"No payment method {method_id!r} for this organization.",
+        param="payment_method_id",
+        code="payment_method_not_found",
+    )
 
 
 def _result(txn: Transaction) -> TopupResult:

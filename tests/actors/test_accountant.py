@@ -11,7 +11,7 @@ import trio.lowlevel
 import trio.testing
 
 from actors.accountant import Accountant, BudgetExceeded, InsufficientCredits
-from actors.auto_replenish import REPLENISH_RETRY_US, AutoReplenish
+from actors.auto_replenish import AutoReplenish
 from protocol.billing import TOPUP, KeyBudget
 from services.payments import TestPaymentProcessor
 from storage.database import Executor
@@ -282,12 +282,12 @@ async def test_auto_replenish_tops_up_once_when_the_balance_falls_below(
     assert account.balance_micros == await storage.ledger.sum_rows(org)
 
 
-async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
+async def test_a_declined_replenish_turns_auto_replenish_off_with_a_note_and_an_event(
     storage: Storage,
 ) -> None:
     org = await replenishing_org(storage, 5_100_000)
     payments = TestPaymentProcessor()
-    payments.set_default(org, "pm_card_chargeDeclined")
+    payments.set_default_now(org, "pm_card_chargeDeclined")
     acc = Accountant(storage.ledger, storage.orgs, payments, flush_interval_s=3600)
     async with trio.open_nursery() as nursery:
         await start(nursery, acc)
@@ -296,25 +296,28 @@ async def test_a_declined_replenish_is_recorded_and_not_retried_in_a_loop(
         for _ in range(5):
             await spend(acc, org, 10_000, 1)
             await trio.lowlevel.checkpoint()
-        failed_at, failure = await storage.ledger.replenish_state(org)
-        assert failed_at is not None and failure is not None and "declined" in failure
-        assert payments.attempts == 1
-        # An hour later (moved back in the table) the next flush tries again, and succeeds.
-        payments.set_default(org, "pm_card_visa")
-        await storage.db.execute(
-            "UPDATE credit_accounts SET replenish_failed_at = replenish_failed_at - :hour"
-            " WHERE org_id = :org",
-            {"hour": REPLENISH_RETRY_US, "org": org},
+        account = await storage.ledger.account(org)
+        assert not account.auto_replenish
+        assert (
+            account.replenish_failure is not None and "card_declined" in account.replenish_failure
         )
-        # A flush starts an attempt only when none runs on this instance: the no-op attempts
-        # the spends above started may still be asking the database (slow under load), so
-        # spend until a flush finds none running.
+        assert payments.attempts == 1  # off: no attempt per flush
+        failed = await storage.events.list_for_org(org, limit=10)
+        assert [e.type for e in failed if e.type == "billing.auto_replenish_failed"] == [
+            "billing.auto_replenish_failed"
+        ]
+        # The org fixes its card and switches it on again: the failure is cleared, and the
+        # balance (below the threshold) is topped up at once.
+        payments.set_default_now(org, "pm_card_visa")
+        await storage.ledger.update_settings(org, {"auto_replenish": True})
+        acc.refresh(org)
         with trio.fail_after(10):
             while rep(acc).stats.replenished == 0:
                 await spend(acc, org, 10_000, 1)
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert payments.attempts == 2
+    assert (await storage.ledger.account(org)).replenish_failure is None
     assert await storage.ledger.replenish_state(org) == (None, None)
 
 

@@ -46,6 +46,7 @@ async def test_a_new_account_is_empty(gateway: Gateway) -> None:
         "auto_replenish": False,
         "replenish_amount_usd": 0.0,
         "replenish_threshold_usd": 0.0,
+        "auto_replenish_failure": None,
     }
 
 

@@ -55,7 +55,7 @@ async def run_top_up(
         acc,
         payments,
         org_id=org,
-        method=payments.default_method(org),
+        method=await payments.method(org, "pm_card_visa"),
         micros=MICROS,
         key=key,
         body=BODY,
@@ -140,7 +140,7 @@ async def test_a_top_up_whose_process_died_is_finished_by_a_retry_minutes_later(
     payments = TestPaymentProcessor()
     acc = Accountant(storage.ledger, storage.orgs, payments=payments)
     org = (await storage.orgs.create("acme")).id
-    method = payments.default_method(org)
+    method = await payments.method(org, "pm_card_visa")
     fingerprint = hashlib.sha256(BODY).hexdigest()
     # What a process that died after charging left: a claim in progress and a charge.
     started = now_us() - topups.IN_PROGRESS_TTL_US - 1
