@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.stripe import errors
-from bench.stripe.store import Account, Form, Obj, Origin, check_params, integer, text
+from bench.stripe.params import check_params, integer, text
+from bench.stripe.store import Account, Form, Obj, Origin
 
 Handler = Callable[[Account, list[str], Form, Origin], Obj]
 
