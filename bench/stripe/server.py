@@ -81,7 +81,8 @@ class _Connection:
         outage = sim.outage
         if outage is not None and not request.target.startswith("/_sim/"):
             path = request.target.partition("?")[0]
-            sim._log(LoggedRequest(request.method, path, None, {}, None))
+            key = request.headers.get("idempotency-key")
+            sim._log(LoggedRequest(request.method, path, key, {}, None))
             if outage == "refuse":
                 sim.counters.outage_refused += 1
                 self._reset()

@@ -33,7 +33,7 @@ async def hooked(receiver: Receiver) -> AsyncIterator[StripeSim]:
         webhook_url=receiver.url,
         webhook_secret=WHSEC,
         retry_schedule_s=(0.01, 0.02, 0.04),
-        attempt_timeout_s=0.3,
+        attempt_timeout_s=1.0,
     ) as sim:
         yield sim
 
