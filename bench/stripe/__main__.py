@@ -1,0 +1,3 @@
+from bench.stripe.cli import main
+
+raise SystemExit(main())
