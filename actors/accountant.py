@@ -369,14 +369,12 @@ class Accountant(Actor):
         id: str | None = None,
         payment_ref: str | None = None,
     ) -> Transaction:
-        """A balance change made on this instance outside of usage (top-up, refund, dispute,
-        adjustment; negative takes away): written at once, and seen by the next reservation.
-        With `id`, written once: a second credit with it raises UniqueViolation and changes
-        nothing. `payment_ref`: the processor's payment the row is of."""
+        """A change outside of usage (top-up, refund, dispute, adjustment; negative takes away):
+        written at once, seen by the next reservation. With `id`, written once (a second credit
+        raises UniqueViolation). `payment_ref`: the processor's payment the row is of."""
         async with self._v.lock:
-            txn = await self._ledger.apply(
-                org_id, type, micros, description, id=id, payment_ref=payment_ref
-            )
+            ref, text = payment_ref, description
+            txn = await self._ledger.apply(org_id, type, micros, text, id=id, payment_ref=ref)
             if self._shared is not None:
                 try:
                     await self._shared.credit(org_id, micros)

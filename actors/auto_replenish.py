@@ -170,15 +170,13 @@ class AutoReplenish(Actor):
         try:
             method = await self._payments.default_method(org_id)
             if method is None:
-                raise PaymentDeclined("The organization has no default payment method.", "none")
+                raise PaymentDeclined("The org has no default payment method.", "no_payment_method")
             payment = await self._payments.charge(
                 org_id, method, amount, reference, kind=REPLENISH_KIND, off_session=True
             )
         except (PaymentDeclined, PaymentRequiresAction) as exc:  # off session: no one to ask
             self.stats.replenish_failures += 1
-            code = exc.code if isinstance(exc, PaymentDeclined) else "authentication_required"
-            if code == "none":
-                code = "no_payment_method"
+            code = exc.reason if isinstance(exc, PaymentDeclined) else "authentication_required"
             if await replenish_failed(
                 self._ledger, org_id, code=code, message=str(exc), micros=amount
             ):

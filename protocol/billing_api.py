@@ -4,7 +4,7 @@ everywhere else."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -116,6 +116,20 @@ class SetupIntentBody(msgspec.Struct, kw_only=True):
     id: str
     object: str = "setup_intent"
     client_secret: str
+
+
+class NoBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A POST that needs no body: none, or an empty object."""
+
+
+class StripeEvent(msgspec.Struct, kw_only=True):
+    """What Stripe posts to the webhook (documented; the route verifies the raw bytes)."""
+
+    id: str
+    object: str = "event"
+    type: str
+    created: int
+    data: dict[str, Any]
 
 
 class WebhookAck(msgspec.Struct, kw_only=True):

@@ -169,11 +169,20 @@ class SecretBoxError(Exception):
 
 class PaymentDeclined(Exception):
     """The processor refused the charge (402); nothing was taken. `code`: the processor's
-    decline code (e.g. card_declined, insufficient_funds, authentication_required)."""
+    error code (card_declined, authentication_required, …); `decline_code`: the issuer's
+    reason when there is one (generic_decline, insufficient_funds, …)."""
 
-    def __init__(self, message: str, code: str = "card_declined") -> None:
+    def __init__(
+        self, message: str, code: str = "card_declined", decline_code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.decline_code = decline_code
+
+    @property
+    def reason(self) -> str:
+        """The most specific of the two."""
+        return self.decline_code or self.code
 
 
 class PaymentRequiresAction(Exception):

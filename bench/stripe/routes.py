@@ -122,6 +122,17 @@ def _list_pis(account: Account, ids: list[str], form: Form, origin: Origin) -> O
     return _list(items, form, "/v1/payment_intents", {"customer", "created"}, account)
 
 
+def _list_refunds(account: Account, ids: list[str], form: Form, origin: Origin) -> Obj:
+    """GET /v1/refunds: newest first, by `charge` or `payment_intent` when given."""
+    found = list(account.refunds.values())
+    for name in ("charge", "payment_intent"):
+        wanted = text(form, name)
+        if wanted is not None:
+            found = [r for r in found if r.get(name) == wanted]
+    found.reverse()
+    return _list(found, form, "/v1/refunds", {"charge", "payment_intent"}, account)
+
+
 ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("POST", re.compile(r"/v1/customers"), lambda a, i, f, o: a.create_customer(f, o)),
     ("GET", re.compile(r"/v1/customers/([^/]+)"), _one(lambda a, i: a.customer(i))),
@@ -151,6 +162,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
         lambda a, i, f, o: a.confirm_payment_intent(i[0], f, o),
     ),
     ("POST", re.compile(r"/v1/refunds"), lambda a, i, f, o: a.create_refund(f, o)),
+    ("GET", re.compile(r"/v1/refunds"), _list_refunds),
     ("GET", re.compile(r"/v1/refunds/([^/]+)"), _one(lambda a, i: a.refund(i))),
     ("GET", re.compile(r"/v1/charges/([^/]+)"), _one(lambda a, i: a.charge(i))),
     ("POST", re.compile(r"/v1/setup_intents"), lambda a, i, f, o: a.create_setup_intent(f, o)),

@@ -9,16 +9,18 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gateway.credits.topups import unknown_method
+from gateway.credits.topups import declined, unknown_method
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.billing_api import (
     AttachPaymentMethod,
     DeletedPaymentMethod,
+    NoBody,
     PaymentMethodItem,
     PaymentMethodList,
     SetupIntentBody,
 )
+from protocol.decoding import decode_json
 from protocol.errors import PaymentDeclined, PaymentUnavailable, UnknownPaymentMethod
 from protocol.payments import PaymentMethod, PaymentProcessor
 from protocol.scopes import BILLING_READ, BILLING_WRITE
@@ -37,9 +39,7 @@ def processor_errors() -> Iterator[None]:
     except UnknownPaymentMethod as exc:
         raise unknown_method(str(exc)) from None
     except PaymentDeclined as exc:
-        raise errors.payment_required(
-            f"The payment method was declined: {exc}", code=exc.code, param="payment_method_id"
-        ) from None
+        raise declined(exc) from None
     except PaymentUnavailable:
         raise unavailable() from None
 
@@ -115,13 +115,16 @@ def routes(payments: PaymentProcessor) -> Routes:
             "/v1/billing/payment_methods/{payment_method_id}/default",
             "Make a payment method the organization's default",
             "Billing",
+            request=NoBody,
+            request_required=False,
             response=PaymentMethodItem,
             scope=BILLING_WRITE,
-            errors=(*_AUTH_ERRORS, 404, 503),
+            errors=(400, *_AUTH_ERRORS, 404, 413, 503),
         )
     )
     async def make_default(request: Request) -> Response:
         org_id = _principal(request).org_id
+        await _no_body(request)
         method_id = _method_id(request)
         with processor_errors(), _not_found(method_id):
             method = await payments.set_default(org_id, method_id)
@@ -151,18 +154,27 @@ def routes(payments: PaymentProcessor) -> Routes:
             "/v1/billing/setup_intents",
             "Start collecting a card: a SetupIntent whose client_secret Stripe.js confirms",
             "Billing",
+            request=NoBody,
+            request_required=False,
             response=SetupIntentBody,
             scope=BILLING_WRITE,
-            errors=(*_AUTH_ERRORS, 503),
+            errors=(400, *_AUTH_ERRORS, 413, 503),
         )
     )
     async def setup_intent(request: Request) -> Response:
         org_id = _principal(request).org_id
+        await _no_body(request)
         with processor_errors():
             made = await payments.setup_intent(org_id)
         return json_response(SetupIntentBody(id=made.id, client_secret=made.client_secret))
 
     return r
+
+
+async def _no_body(request: Request) -> None:
+    raw = await request.body()
+    if raw.strip():
+        decode_json(raw, NoBody)
 
 
 def _method_id(request: Request) -> str:

@@ -52,7 +52,7 @@ async def refund_command(config: Config, txn_id: str, amount: Decimal | None) ->
         try:
             refund = await payments.refund_payment(payment, micros, key)
         except PaymentDeclined as exc:
-            return _fail(f"the processor refused the refund ({exc.code}): {exc}")
+            return _fail(f"the processor refused the refund ({exc.reason}): {exc}")
         except PaymentUnavailable as exc:
             return _fail(f"{exc} Nothing was refunded; run the command again.")
 

@@ -16,7 +16,7 @@ import stripe
 from gateway.credits.payment_methods import unavailable
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol import errors
-from protocol.billing_api import WebhookAck
+from protocol.billing_api import StripeEvent, WebhookAck
 from protocol.errors import PaymentUnavailable
 from services.stripe.events import StripeEvents
 from services.stripe.processor import StripeProcessor
@@ -37,7 +37,7 @@ def routes(
             PATH,
             "Stripe's events, signed with the endpoint's secret (no credential)",
             "Billing",
-            request=None,
+            request=StripeEvent,
             response=WebhookAck,
             auth=Auth.NONE,
             errors=(400, 404, 413, 503),

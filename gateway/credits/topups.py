@@ -189,11 +189,7 @@ class _Flow:
             payment = await self._payments.charge(self.org_id, method, micros, self.reference)
         except PaymentDeclined as exc:
             await self.compensate(charged=False)
-            raise errors.payment_required(
-                f"The payment method was declined: {exc}",
-                code=exc.code,
-                param="payment_method_id",
-            ) from None
+            raise declined(exc) from None
         except PaymentRequiresAction as exc:  # nothing taken yet; credited when it succeeds
             await self.compensate(charged=False)
             raise errors.APIError(
@@ -256,6 +252,18 @@ class _Flow:
                 log.exception("could not release top-up key %s", self._stored_key)
         if scope.cancelled_caught:
             log.error("releasing top-up key %s took over %s s", self._stored_key, COMPENSATE_S)
+
+
+def declined(exc: PaymentDeclined) -> errors.APIError:
+    """402 with the processor's code and, when there is one, the issuer's `decline_code`."""
+    return errors.APIError(
+        402,
+        f"The payment method was declined: {exc}",
+        type="billing_error",
+        code=exc.code,
+        param="payment_method_id",
+        extra={"decline_code": exc.decline_code} if exc.decline_code else None,
+    )
 
 
 def unknown_method(method_id: str) -> errors.APIError:

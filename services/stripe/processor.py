@@ -70,6 +70,20 @@ def cents(micros: int) -> int:
     return micros // MICROS_PER_CENT
 
 
+class _HTTPXClient(stripe.HTTPXClient):
+    """The SDK's httpx client, sending the encoded form as `content` (stripe 16.1 passes it as
+    `data=<str>`, which httpx 0.28 deprecates with a warning on every call)."""
+
+    def _get_request_args_kwargs(  # type: ignore[no-untyped-def]
+        self, method: str, url: str, headers: Mapping[str, str], post_data
+    ):
+        args, kwargs = super()._get_request_args_kwargs(method, url, headers, post_data)
+        data = kwargs.pop("data", None)
+        if data:
+            kwargs["content"] = data
+        return args, kwargs
+
+
 class StripeProcessor:
     name = PROVIDER
     reconciles = True
@@ -78,7 +92,7 @@ class StripeProcessor:
         self, secret_key: str, records: PaymentRecords, *, api_base: str | None = None
     ) -> None:
         self._records = records
-        self._http = stripe.HTTPXClient(timeout=TIMEOUT_S)
+        self._http = _HTTPXClient(timeout=TIMEOUT_S)
         self._client = stripe.StripeClient(
             secret_key,
             base_addresses={"api": api_base} if api_base else None,
@@ -314,9 +328,11 @@ def _settled(pi: Mapping[str, Any]) -> Payment:
     if status in ("requires_action", "requires_confirmation", "processing"):
         raise PaymentRequiresAction(pi["id"], pi.get("client_secret"), str(status))
     error = pi.get("last_payment_error") or {}
+    decline = error.get("decline_code")
     raise PaymentDeclined(
         str(error.get("message") or f"The payment is {status}."),
-        str(error.get("decline_code") or error.get("code") or "card_declined"),
+        str(error.get("code") or "card_declined"),
+        str(decline) if decline else None,
     )
 
 
@@ -340,8 +356,10 @@ def _raise(exc: stripe.StripeError, method_id: str | None) -> NoReturn:
     assert isinstance(error, dict)
     message = str(error.get("message") or exc.user_message or "Stripe refused the request.")
     if isinstance(exc, stripe.CardError):
-        code = error.get("decline_code") or exc.code or "card_declined"
-        raise PaymentDeclined(message, str(code)) from None
+        decline = error.get("decline_code")
+        raise PaymentDeclined(
+            message, str(exc.code or "card_declined"), str(decline) if decline else None
+        ) from None
     if isinstance(exc, stripe.IdempotencyError):
         raise APIError(
             409,

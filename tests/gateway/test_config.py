@@ -656,7 +656,11 @@ FILE_ERRORS = [
     ("[webhooks]\nallow_http = 1\n", "webhooks.allow_http", "must be true or false, got 1"),
     ("[webhooks]\nallowed_ports = [0]\n", "webhooks.allowed_ports[0]", "from 1 to 65535, got 0"),
     ("[webhooks]\nallowed_ports = 443\n", "webhooks.allowed_ports", "must be an array"),
-    ("[billing]\npayment_provider = 'x'\n", "billing.payment_provider", 'one of test, got "x"'),
+    (
+        "[billing]\npayment_provider = 'x'\n",
+        "billing.payment_provider",
+        'one of test, stripe, got "x"',
+    ),
     (
         "[billing]\nmax_auto_topups_per_day = -1\n",
         "billing.max_auto_topups_per_day",
