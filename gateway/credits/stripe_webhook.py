@@ -44,11 +44,17 @@ def routes(
         )
     )
     async def stripe_webhook(request: Request) -> Response:
+        payload = await request.body()
+        try:
+            payload.decode()
+        except UnicodeDecodeError:  # as on every JSON route
+            raise errors.invalid_request(
+                "The body is not valid UTF-8.", code="invalid_json"
+            ) from None
         if stripe_events is None or processor is None:
             raise errors.not_found(
                 "This gateway's payment provider is not Stripe ([billing] payment_provider)."
             )
-        payload = await request.body()
         signature = request.header(b"stripe-signature")
         try:
             event = processor.verify_event(payload, signature, secret)

@@ -659,7 +659,7 @@ FILE_ERRORS = [
     (
         "[billing]\npayment_provider = 'x'\n",
         "billing.payment_provider",
-        'one of test, stripe, got "x"',
+        'one of stripe, test, got "x"',
     ),
     (
         "[billing]\nmax_auto_topups_per_day = -1\n",
