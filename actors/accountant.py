@@ -369,12 +369,12 @@ class Accountant(Actor):
         id: str | None = None,
         payment_ref: str | None = None,
     ) -> Transaction:
-        """A change outside of usage (top-up, refund, dispute, adjustment; negative takes away):
-        written at once, seen by the next reservation. With `id`, written once (a second credit
-        raises UniqueViolation). `payment_ref`: the processor's payment the row is of."""
+        """A change outside of usage (top-up, refund, dispute, adjustment; negative takes away),
+        written at once and seen by the next reservation; ledger.apply says the rest."""
         async with self._v.lock:
-            ref, text = payment_ref, description
-            txn = await self._ledger.apply(org_id, type, micros, text, id=id, payment_ref=ref)
+            txn = await self._ledger.apply(
+                org_id, type, micros, description, id=id, payment_ref=payment_ref
+            )
             if self._shared is not None:
                 try:
                     await self._shared.credit(org_id, micros)

@@ -9,7 +9,7 @@ from msgspec import UnsetType
 
 from actors.accountant import Accountant
 from gateway.credits.payment_methods import processor_errors
-from gateway.credits.topups import top_up, unknown_method
+from gateway.credits.topups import check_amount, top_up, unknown_method
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.billing import (
@@ -194,6 +194,7 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
         principal = _principal(request)
         raw = await request.body()
         body = decode_json(raw, TopupRequest)
+        check_amount(usd_to_micros(body.amount_usd))  # before asking the processor anything
         with processor_errors():
             method = await _method(payments, principal.org_id, body.payment_method_id)
         outcome = await top_up(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.credits.refund_command import refund_command
 from protocol.credentials import CredentialKind
 from tests.harness import Gateway, gateway_config, running_gateway
 
@@ -318,3 +320,21 @@ async def test_subscription_shows_plan_fee_period_and_method(gateway: Gateway) -
     await gateway.runtime.storage.orgs.add_management_key(pro.id, mgmt)
     r = await gateway.client.get("/v1/billing/subscription", headers=gateway.auth(mgmt.value))
     assert (r.json()["plan"], r.json()["platform_fee_percent"]) == ("pro", 2.5)
+
+
+async def test_the_refund_command_gives_back_a_test_processor_top_up(gateway: Gateway) -> None:
+    r = await gateway.client.post(
+        "/v1/credits/topup", json={"amount_usd": 20}, headers=gateway.auth()
+    )
+    assert r.status_code == 200
+    txn_id = r.json()["transaction_id"]
+    config = gateway.runtime.config
+    assert await refund_command(config, txn_id, Decimal("5")) == 0
+    assert await refund_command(config, txn_id, Decimal("15.01")) == 1  # more than is left
+    assert await refund_command(config, txn_id, None) == 0  # the rest
+    ledger = gateway.runtime.storage.ledger
+    refunds, _ = await ledger.list(gateway.org_id, type="refund", limit=10, offset=0)
+    assert sorted(t.amount_micros for t in refunds) == [-15_000_000, -5_000_000]
+    assert {t.payment_ref for t in refunds} == {(await ledger.find(txn_id)).payment_ref}
+    account = await ledger.account(gateway.org_id)
+    assert account.balance_micros == 0 == await ledger.sum_rows(gateway.org_id)

@@ -16,7 +16,7 @@ import trio
 from bench.stripe import running_stripe_sim
 from gateway.credits.stripe_webhook import PATH
 from tests.gateway.stripe_rig import SECRET_KEY, WEBHOOK_SECRET, stripe_toml
-from tests.gateway.test_cli import BOOTSTRAP, _env, _gateway, _start, _stop
+from tests.gateway.test_cli import BOOTSTRAP, _env, _gateway, _run, _start, _stop
 from tests.waiting import wait_until, wait_until_async
 
 MGMT = {"Authorization": f"Bearer {BOOTSTRAP}"}
@@ -83,6 +83,22 @@ async def test_kill_9_between_stripes_success_and_the_ledger_row_credits_once(
                 assert [row["type"] for row in rows] == ["topup"]
                 assert (await client.get("/v1/credits", headers=MGMT)).json()["balance_usd"] == 15
                 assert sum(row["amount_usd"] for row in rows) == 15.0
+                # The operator refunds 5 USD of it from the command line.
+                refund = await _run(
+                    _gateway("admin", "refund", rows[0]["id"], "--amount", "5"),
+                    _env(second_home, **env),
+                    second_home,
+                )
+                assert refund.returncode == 0, refund.stderr
+                assert b"refunded 5.00 USD" in refund.stdout
+
+                async def refunded() -> bool:
+                    r = await client.get("/v1/credits", headers=MGMT)
+                    return bool(r.json()["balance_usd"] == 10.0)
+
+                await wait_until_async(refunded, limit_s=30)  # within the balance TTL
+                (stripe_refund,) = sim.refunds.values()
+                assert stripe_refund["amount"] == 500
         finally:
             assert await _stop(process) == 0
 
