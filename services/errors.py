@@ -4,7 +4,8 @@ from services/auth.py, 403 from services/principal.py, 503 `master_key_rotated` 
 services/keyring.py); everything else it raises is a lower layer's, with that layer's meaning:
 
     protocol/errors.py   APIError, BlobCorrupt, SecretBoxError, PaymentDeclined,
-                         UnknownPaymentMethod (the test payment processor, services/payments.py)
+                         PaymentRequiresAction, PaymentUnavailable, UnknownPaymentMethod (the
+                         payment processors: services/payments.py, services/stripe/)
     storage/errors.py    StorageError and below (BlobNotFound, StorageUnavailable, ...)
 
 A new domain exception goes here, drawn in this tree, and is mapped at the gateway's boundary
