@@ -12,11 +12,11 @@ from typing import Any
 import trio
 from msgspec.structs import replace
 
-from actors.errors import RedisUnavailable
 from actors.shared_holds import open_shared_holds
 from gateway.bootstrap import accept_bootstrap_key, first_start_key
 from gateway.config import Config, ConfigError, load_config, redact_url
 from gateway.config.master_key import MasterKeyError, load_master_key
+from gateway.credits.offline import offline_credit
 from gateway.credits.refund_command import refund_command
 from gateway.keyring.command import rotate_command
 from gateway.logs import setup_logging
@@ -151,13 +151,9 @@ async def _grant_credits(config: Config, org_ref: str, amount: Decimal, note: st
         if org is None:
             print(f"gateway: no organization named or with id {org_ref!r}", file=sys.stderr)
             return 1
-        txn = await storage.ledger.apply(org.id, ADJUSTMENT, usd_to_micros(amount), note)
-    async with open_shared_holds(config.redis_url) as shared:
-        if shared is not None:  # instances sharing Redis see it at once
-            try:
-                await shared.credit(org.id, txn.amount_micros)
-            except RedisUnavailable as exc:
-                print(f"gateway: stored, but Redis was not updated: {exc}", file=sys.stderr)
+        async with open_shared_holds(config.redis_url) as shared:
+            credit = offline_credit(storage.ledger, shared)
+            txn = await credit(org.id, ADJUSTMENT, usd_to_micros(amount), note)
     print(f"{txn.id}: {micros_to_usd(txn.amount_micros):+.6f} USD to {org.name} ({org.id})")
     print(f"balance: {micros_to_usd(txn.balance_after_micros):.6f} USD")
     return 0

@@ -13,16 +13,15 @@ from __future__ import annotations
 import sys
 from decimal import Decimal
 
-from actors.errors import RedisUnavailable
 from actors.shared_holds import open_shared_holds
 from gateway.config import Config
+from gateway.credits.offline import offline_credit
 from gateway.credits.processor import open_processor
 from protocol.billing import TOPUP
 from protocol.errors import PaymentDeclined, PaymentUnavailable
 from protocol.money import micros_to_usd, usd_to_micros
 from protocol.payments import MICROS_PER_CENT
 from services.payment_ledger import record_refund
-from storage.ledger import Transaction
 from storage.open import open_storage
 
 
@@ -56,25 +55,7 @@ async def refund_command(config: Config, txn_id: str, amount: Decimal | None) ->
         except PaymentUnavailable as exc:
             return _fail(f"{exc} Nothing was refunded; run the command again.")
 
-        async def credit(
-            org_id: str,
-            type: str,
-            micros: int,
-            description: str,
-            *,
-            id: str | None = None,
-            payment_ref: str | None = None,
-        ) -> Transaction:
-            row = await storage.ledger.apply(
-                org_id, type, micros, description, id=id, payment_ref=payment_ref
-            )
-            if shared is not None:  # instances sharing Redis see it at once
-                try:
-                    await shared.credit(org_id, micros)
-                except RedisUnavailable as exc:
-                    print(f"gateway: stored, but Redis was not updated: {exc}", file=sys.stderr)
-            return row
-
+        credit = offline_credit(storage.ledger, shared)
         row, _ = await record_refund(storage.ledger, credit, txn.org_id, refund)
     print(f"{row.id}: refunded {micros_to_usd(refund.micros):.2f} USD of {txn.id} ({refund.id})")
     print(f"balance: {micros_to_usd(row.balance_after_micros):.6f} USD")
