@@ -57,6 +57,7 @@ PROVIDER = "stripe"
 TIMEOUT_S = 20.0  # one Stripe call, the SDK's retries included (it waits between them)
 NETWORK_RETRIES = 2  # the SDK retries a lost connection with the same idempotency key
 PAGE = 100
+TEST_TOKEN_PREFIX = "pm_card_"  # Stripe's test payment methods (test mode only)
 _T = TypeVar("_T")
 
 
@@ -133,7 +134,9 @@ class StripeProcessor:
         return kept
 
     async def default_method(self, org_id: str) -> PaymentMethod | None:
-        customer = await self.customer(org_id)
+        customer = await self._records.customer(org_id, PROVIDER)
+        if customer is None:
+            return None  # reading makes no Customer
         found = await _call(
             self._v1.customers.retrieve_async(
                 customer, {"expand": ["invoice_settings.default_payment_method"]}
@@ -143,16 +146,22 @@ class StripeProcessor:
         return _method(method) if isinstance(method, Mapping) else None
 
     async def method(self, org_id: str, method_id: str) -> PaymentMethod:
-        """One of the org's methods, or one attached to nobody (a test token, or a card just
-        collected by Stripe.js): Stripe charges those once without keeping them."""
+        """One of the org's methods, or one of Stripe's test tokens (`pm_card_visa`: they work
+        in test mode only). A card attached to nobody is refused, though Stripe would charge
+        it: its id alone would let whoever learnt it pay with someone else's card. Attach it
+        first (a SetupIntent does)."""
         found = await self._retrieve_method(method_id)
         owner = found.get("customer")
-        if owner is not None and owner != await self.customer(org_id):
+        if owner is None and method_id.startswith(TEST_TOKEN_PREFIX):
+            return _method(found)
+        if owner is None or owner != await self.customer(org_id):
             raise UnknownPaymentMethod(method_id)
         return _method(found)
 
     async def methods(self, org_id: str) -> list[PaymentMethod]:
-        customer = await self.customer(org_id)
+        customer = await self._records.customer(org_id, PROVIDER)
+        if customer is None:
+            return []
         default = await self.default_method(org_id)
         page = await _call(
             self._v1.customers.payment_methods.list_async(customer, {"type": "card", "limit": PAGE})

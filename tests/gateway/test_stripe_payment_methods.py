@@ -60,6 +60,10 @@ async def test_a_setup_intents_card_is_attached_listed_made_default_and_detached
     assert [m["id"] for m in listed["data"]] == [visa["id"]]
     again = await sg.client.delete(f"/v1/billing/payment_methods/{pm}", headers=sg.auth())
     assert again.status_code == 404
+    # Detached, it belongs to nobody: Stripe would charge it, the gateway does not.
+    r = await sg.topup(5, method=pm)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "payment_method_not_found"
+    assert len(sg.sim.payment_intents) == 1
     await sg.assert_ledger_exact()
 
 
