@@ -119,19 +119,21 @@ class StripeProcessor:
         if known is not None:
             return known
         lock = self._making.setdefault(org_id, trio.Lock())
-        async with lock:
-            known = await self._records.customer(org_id, PROVIDER)
-            if known is not None:
-                return known
-            made = await _call(
-                self._v1.customers.create_async(
-                    {"metadata": {"org_id": org_id}, "description": f"gateway org {org_id}"},
-                    {"idempotency_key": stripe_key(f"customer:{org_id}")},
+        try:
+            async with lock:
+                known = await self._records.customer(org_id, PROVIDER)
+                if known is not None:
+                    return known
+                made = await _call(
+                    self._v1.customers.create_async(
+                        {"metadata": {"org_id": org_id}, "description": f"gateway org {org_id}"},
+                        {"idempotency_key": stripe_key(f"customer:{org_id}")},
+                    )
                 )
-            )
-            kept = await self._records.keep_customer(org_id, PROVIDER, made["id"])
-        self._making.pop(org_id, None)
-        return kept
+                return await self._records.keep_customer(org_id, PROVIDER, made["id"])
+        finally:
+            if not lock.statistics().tasks_waiting:
+                self._making.pop(org_id, None)
 
     async def default_method(self, org_id: str) -> PaymentMethod | None:
         customer = await self._records.customer(org_id, PROVIDER)
