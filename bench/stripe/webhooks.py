@@ -46,6 +46,23 @@ class Delivery:
     at: float  # trio.current_time() when the attempt ended
 
 
+class _Body(httpx.AsyncByteStream):
+    """The event's bytes in one chunk, from a plain iterator: httpx's own is an async
+    generator, which a delivery cut short (its timeout, the receiver resetting, the sim
+    stopping) leaves unfinished, and Trio reports it when collected."""
+
+    def __init__(self, body: bytes) -> None:
+        self._left = [body]
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._left:
+            raise StopAsyncIteration
+        return self._left.pop()
+
+
 class WebhookSender:
     """The queue and the delivery loop (run `run` in a nursery)."""
 
@@ -132,7 +149,11 @@ class WebhookSender:
             error: str | None = None
             with trio.move_on_after(self.attempt_timeout_s) as scope:
                 try:
-                    response = await client.post(url, content=body, headers=headers, timeout=None)
+                    request = client.build_request(
+                        "POST", url, headers=headers, content=body, timeout=None
+                    )
+                    request.stream = _Body(body)
+                    response = await client.send(request)
                     status = response.status_code
                 except httpx.HTTPError as exc:
                     error = type(exc).__name__

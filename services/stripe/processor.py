@@ -25,6 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, NoReturn, TypeVar
 
+import httpx
 import stripe
 import trio
 from stripe.params import (
@@ -72,18 +73,41 @@ def cents(micros: int) -> int:
     return micros // MICROS_PER_CENT
 
 
-class _HTTPXClient(stripe.HTTPXClient):
-    """The SDK's httpx client, sending the encoded form as `content` (stripe 16.1 passes it as
-    `data=<str>`, which httpx 0.28 deprecates with a warning on every call)."""
+class _OneChunk(httpx.AsyncByteStream):
+    """A request body sent as one chunk by a plain iterator. httpx's own (`content=`) is an
+    async generator: a send cut short (Stripe reset the connection, a deadline) leaves it
+    unfinished, and Trio reports it when it is garbage collected."""
 
-    def _get_request_args_kwargs(  # type: ignore[no-untyped-def]
-        self, method: str, url: str, headers: Mapping[str, str], post_data
-    ):
-        args, kwargs = super()._get_request_args_kwargs(method, url, headers, post_data)
-        data = kwargs.pop("data", None)
-        if data:
-            kwargs["content"] = data
-        return args, kwargs
+    def __init__(self, body: bytes) -> None:
+        self._body: bytes | None = body
+
+    def __aiter__(self) -> _OneChunk:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._body is None:
+            raise StopAsyncIteration
+        body, self._body = self._body, None
+        return body
+
+
+class _HTTPXClient(stripe.HTTPXClient):
+    """The SDK's httpx client sending its form as one chunk (above); stripe 16.1 also passes it
+    as `data=<str>`, which httpx 0.28 deprecates with a warning on every call."""
+
+    async def request_async(  # type: ignore[no-untyped-def]
+        self, method: str, url: str, headers: Mapping[str, str], post_data=None
+    ) -> tuple[bytes, int, Mapping[str, str]]:
+        body = (post_data or "").encode() if isinstance(post_data, str) else post_data or b""
+        request = self._client_async.build_request(
+            method, url, headers=headers, content=body, timeout=self._timeout
+        )
+        request.stream = _OneChunk(body)
+        try:
+            response = await self._client_async.send(request)
+        except Exception as e:
+            self._handle_request_error(e)
+        return response.content, response.status_code, response.headers
 
 
 class StripeProcessor:
