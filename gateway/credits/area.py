@@ -3,20 +3,29 @@ Stripe's webhook; with Stripe, the reconciler (actors/payment_reconciler.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from actors.payment_reconciler import PaymentReconciler
 from gateway.area import Area
 from gateway.core import Core
 from gateway.credits import payment_methods, stripe_webhook
 from gateway.credits.routes import routes
-from services.stripe.events import StripeEvents
-from services.stripe.processor import StripeProcessor
+
+if TYPE_CHECKING:
+    from services.stripe.events import StripeEvents
+    from services.stripe.processor import StripeProcessor
 
 
 async def open_credits(core: Core) -> Area:
     billing = core.config.billing
-    processor = core.payments if isinstance(core.payments, StripeProcessor) else None
-    events = None
-    if processor is not None:
+    processor: StripeProcessor | None = None
+    events: StripeEvents | None = None
+    if billing.payment_provider == "stripe":  # the SDK (~30 MB) is imported only then
+        from services.stripe.events import StripeEvents
+        from services.stripe.processor import StripeProcessor
+
+        assert isinstance(core.payments, StripeProcessor)
+        processor = core.payments
         events = StripeEvents(
             core.storage, processor, core.accountant.credit, core.accountant.refresh
         )

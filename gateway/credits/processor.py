@@ -16,7 +16,6 @@ import trio
 from gateway.config import Config
 from protocol.payments import PaymentProcessor
 from services.payments import TestPaymentProcessor
-from services.stripe.processor import StripeProcessor
 from storage.open import Storage
 
 log = logging.getLogger("gateway.billing")
@@ -36,6 +35,8 @@ async def open_processor(config: Config, storage: Storage) -> AsyncIterator[Paym
             log.warning(TEST_PROCESSOR_WARNING)
         yield TestPaymentProcessor()
         return
+    from services.stripe.processor import StripeProcessor  # the SDK: only when it is used
+
     assert billing.stripe_secret_key is not None  # the loader requires it
     stripe = StripeProcessor(
         billing.stripe_secret_key, storage.payments, api_base=billing.stripe_api_base

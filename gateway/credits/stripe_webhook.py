@@ -10,16 +10,18 @@ it again later.
 from __future__ import annotations
 
 import logging
-
-import stripe
+from typing import TYPE_CHECKING
 
 from gateway.credits.payment_methods import unavailable
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.billing_api import StripeEvent, WebhookAck
 from protocol.errors import PaymentUnavailable
-from services.stripe.events import StripeEvents
-from services.stripe.processor import StripeProcessor
+from services.stripe.objects import SignatureRejected
+
+if TYPE_CHECKING:  # the SDK is imported only when Stripe is the processor
+    from services.stripe.events import StripeEvents
+    from services.stripe.processor import StripeProcessor
 
 log = logging.getLogger("gateway.billing")
 
@@ -58,8 +60,8 @@ def routes(
         signature = request.header(b"stripe-signature")
         try:
             event = processor.verify_event(payload, signature, secret)
-        except stripe.SignatureVerificationError as exc:
-            log.warning("refused a Stripe webhook: %s", exc.user_message or exc)
+        except SignatureRejected as exc:
+            log.warning("refused a Stripe webhook: %s", exc)
             raise errors.invalid_request(
                 "The Stripe-Signature header does not verify (forged, for another endpoint's"
                 " secret, or older than 300 s).",

@@ -14,6 +14,10 @@ from protocol.payments import MICROS_PER_CENT, TOPUP_KIND, description
 SUCCEEDED = "succeeded"
 
 
+class SignatureRejected(Exception):
+    """A webhook whose `Stripe-Signature` does not verify (forged, stale, missing)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayPayment:
     """A PaymentIntent the gateway made."""

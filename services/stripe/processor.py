@@ -23,16 +23,11 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import httpx
 import stripe
 import trio
-from stripe.params import (
-    PaymentIntentCreateParams,
-    PaymentIntentListParams,
-    RefundCreateParams,
-)
 
 from protocol.errors import (
     APIError,
@@ -49,8 +44,15 @@ from protocol.payments import (
     Refund,
     SetupIntent,
 )
-from services.stripe.objects import SUCCEEDED, GatewayPayment, gateway_payment
+from services.stripe.objects import SUCCEEDED, GatewayPayment, SignatureRejected, gateway_payment
 from storage.payments import PaymentRecords
+
+if TYPE_CHECKING:  # stripe.params is ~20 MB of TypedDicts: for the type checker only
+    from stripe.params import (
+        PaymentIntentCreateParams,
+        PaymentIntentListParams,
+        RefundCreateParams,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -338,9 +340,12 @@ class StripeProcessor:
             after = data[-1]["id"]
 
     def verify_event(self, payload: bytes, signature: str | None, secret: str) -> dict[str, Any]:
-        """The event, when Stripe signed it within the last 300 s. Raises
-        stripe.SignatureVerificationError (forged, stale, missing) or ValueError (not JSON)."""
-        stripe.WebhookSignature.verify_header(payload, signature, secret, tolerance=300)
+        """The event, when Stripe signed it within the last 300 s. Raises SignatureRejected
+        (forged, stale, missing) or ValueError (not JSON)."""
+        try:
+            stripe.WebhookSignature.verify_header(payload, signature, secret, tolerance=300)
+        except stripe.SignatureVerificationError as exc:
+            raise SignatureRejected(str(exc.user_message or exc)) from None
         try:
             event = json.loads(payload)  # ValueError: not JSON (UnicodeDecodeError is one)
         except RecursionError:  # nested thousands deep
