@@ -71,7 +71,8 @@ class StripeEvents:
             return "ignored: no event id"
         if await self._storage.payments.seen(event_id):
             return "duplicate"
-        obj = (event.get("data") or {}).get("object")
+        data = event.get("data")
+        obj = data.get("object") if isinstance(data, Mapping) else None
         outcome = "ignored"
         if type in HANDLED and isinstance(obj, Mapping):
             outcome = await self._apply(type, obj)
@@ -88,13 +89,14 @@ class StripeEvents:
             return await self._failed(payment, obj)
         if type == "charge.refunded":
             ref = charge_ref(obj)
-            org_id = None if ref is None else await self._org(ref.customer)
-            if ref is None or org_id is None:
+            # A refund counts only against a payment the gateway credited: its own PaymentIntent.
+            paid = None if ref is None else await self._stripe.payment(ref.payment_intent)
+            if ref is None or paid is None or not await self._owned(paid.customer, paid.org_id):
                 return "ignored: not the gateway's charge"
             written = 0
             for refund in await self._stripe.refunds_of(ref.charge):
-                named = replace(refund, payment_id=refund.payment_id or ref.payment_intent)
-                _, new = await record_refund(self._storage.ledger, self._credit, org_id, named)
+                named = replace(refund, payment_id=paid.id)
+                _, new = await record_refund(self._storage.ledger, self._credit, paid.org_id, named)
                 written += new
             return f"{written} refund row(s)"
         found = dispute(obj)

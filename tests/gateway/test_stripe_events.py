@@ -11,13 +11,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import stripe
 
 from actors.payment_reconciler import PaymentReconciler
 from bench.stripe import sign
 from gateway.credits.refund_command import refund_command
 from gateway.credits.stripe_webhook import PATH
 from tests.charges import usage_charge
-from tests.gateway.stripe_rig import WEBHOOK_SECRET, StripeGateway, stripe_gateway
+from tests.gateway.stripe_rig import SECRET_KEY, WEBHOOK_SECRET, StripeGateway, stripe_gateway
 from tests.waiting import wait_until_async
 
 
@@ -224,3 +225,35 @@ async def test_the_reconciler_credits_a_succeeded_payment_the_ledger_misses(
 async def _reconciled(sg: StripeGateway, reconciler) -> bool:  # type: ignore[no-untyped-def]
     await reconciler.reconcile_once()
     return len(await sg.rows("topup")) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")  # the stock client
+async def test_a_refund_of_a_payment_the_gateway_did_not_make_changes_nothing(
+    sg: StripeGateway,
+) -> None:
+    """Someone charges the org's Customer by hand in Stripe's dashboard, then refunds it: the
+    gateway never credited it, so the refund takes nothing off."""
+    await paid(sg, 10)
+    customer = await sg.gw.runtime.storage.payments.customer(sg.gw.org_id, "stripe")
+    assert customer is not None
+    http = stripe.HTTPXClient()
+    client = stripe.StripeClient(SECRET_KEY, base_addresses={"api": sg.sim.url}, http_client=http)
+    try:
+        by_hand = await client.v1.payment_intents.create_async(
+            {
+                "amount": 700,
+                "currency": "usd",
+                "customer": customer,
+                "payment_method": "pm_card_visa",
+                "confirm": True,
+                "automatic_payment_methods": {"enabled": True, "allow_redirects": "never"},
+            }
+        )
+    finally:
+        await http.close_async()  # type: ignore[no-untyped-call]
+    assert by_hand.status == "succeeded"
+    sg.sim.refund_from_dashboard(by_hand.id)
+    await sg.event_handled("charge.refunded")
+    await sg.event_handled("payment_intent.succeeded", count=2)
+    assert await sg.balance() == 10.0 and await sg.rows("refund") == []
+    await sg.assert_ledger_exact()

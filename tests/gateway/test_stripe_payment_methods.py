@@ -117,6 +117,8 @@ async def test_hostile_webhook_bodies_are_4xx_or_acknowledged_never_5xx(
         b'{"id": 1}',
         json.dumps({"id": "evt_1", "type": "payment_intent.succeeded"}).encode(),
         json.dumps({"id": "evt_2", "type": "charge.refunded", "data": {"object": []}}).encode(),
+        json.dumps({"id": "evt_2b", "type": "charge.refunded", "data": []}).encode(),
+        json.dumps({"id": "evt_2c", "type": 7, "data": "x"}).encode(),
         json.dumps(
             {"id": "evt_3", "type": "charge.refunded", "data": {"object": {"id": 5}}}
         ).encode(),
