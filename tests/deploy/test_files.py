@@ -207,3 +207,16 @@ def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
         ["systemd-analyze", "verify", *names], cwd=tmp_path, capture_output=True, timeout=60
     )
     assert result.returncode != 0 and b"/opt/gateway/bin/gateway" in result.stderr
+
+
+def test_deploy_md_documents_exactly_real_variables() -> None:
+    """docs/deploy.md names no variable the gateway does not read, and every one the files
+    give it."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    named = set(re.findall(r"`([A-Z][A-Z0-9]*_[A-Z0-9_]+)`", text))
+    providers = _provider_key_variables(COMPOSE / "gateway.toml")
+    others = {"GATEWAY_NEW_MASTER_KEY", "PROMETHEUS_MULTIPROC_DIR", "PYTHON_IMAGE"}  # build arg
+    assert named <= GATEWAY_READS | providers | others
+    used = set(compose()["x-gateway"]["environment"]) | set(dockerfile_env())
+    used |= set(env_example(SYSTEMD / "gateway.env.example"))
+    assert used - PYTHON_VARIABLES <= named
