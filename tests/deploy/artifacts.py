@@ -96,6 +96,19 @@ def env_example(path: Path) -> dict[str, str]:
     return pairs
 
 
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's `${NAME}`, `${NAME:-default}` and `${NAME:?error}` against `env`."""
+
+    def one(match: re.Match[str]) -> str:
+        name, op, word = match.groups()
+        got = env.get(name, "")
+        if not got and op == ":?":
+            raise AssertionError(f"{name} is required: {word}")
+        return got or (word if op == ":-" else "")
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(?:(:[-?])([^}]*))?\}", one, value)
+
+
 def nginx_directives(text: str) -> list[tuple[tuple[str, ...], str, list[str]]]:
     """Every simple directive as (enclosing blocks, name, arguments): enough for nginx.conf's
     plain syntax (no quoted braces or semicolons)."""

@@ -26,6 +26,7 @@ from tests.deploy.artifacts import (
     dockerfile_instructions,
     env_example,
     gateway_services,
+    interpolate,
     nginx_directives,
     systemd_unit,
 )
@@ -96,19 +97,6 @@ def test_compose_gateways_get_only_variables_the_gateway_reads() -> None:
         assert example[secret] == ""
 
 
-def _interpolate(value: str, env: dict[str, str]) -> str:
-    """Compose's `${NAME}`, `${NAME:-default}` and `${NAME:?error}` against `env`."""
-
-    def one(match: re.Match[str]) -> str:
-        name, op, word = match.groups()
-        got = env.get(name, "")
-        if not got and op == ":?":
-            raise AssertionError(f"{name} is required: {word}")
-        return got or (word if op == ":-" else "")
-
-    return re.sub(r"\$\{([A-Z0-9_]+)(?:(:[-?])([^}]*))?\}", one, value)
-
-
 def test_compose_config_file_is_one_the_gateway_accepts() -> None:
     """.env.example filled in (its empty secrets given test values), as compose passes it."""
     env = env_example(COMPOSE / ".env.example")
@@ -119,7 +107,7 @@ def test_compose_config_file_is_one_the_gateway_accepts() -> None:
         AWS_SECRET_ACCESS_KEY="secret",
     )
     environment = compose()["x-gateway"]["environment"]
-    resolved = {name: _interpolate(str(value), env) for name, value in environment.items()}
+    resolved = {name: interpolate(str(value), env) for name, value in environment.items()}
     config = load_config(COMPOSE / "gateway.toml", environ=resolved)
     assert config.files.store == "s3" and config.files.s3_endpoint_url == "http://seaweedfs:8333"
     assert config.files.s3_access_key_id == "id"
@@ -127,7 +115,7 @@ def test_compose_config_file_is_one_the_gateway_accepts() -> None:
     assert config.redis_url == "redis://redis:6379/0"
     assert config.server.graceful_timeout_s == GRACEFUL_S
     with pytest.raises(AssertionError, match="POSTGRES_PASSWORD is required"):
-        _interpolate(environment["GATEWAY_DATABASE_URL"], {})
+        interpolate(environment["GATEWAY_DATABASE_URL"], {})
 
 
 def test_compose_migrates_once_before_the_gateways_start() -> None:
