@@ -19,9 +19,7 @@ from tests.backends import POSTGRES_URL, REDIS_URL, REQUIRE, fresh_database_url
 from tests.deploy.artifacts import COMPOSE, compose, dockerfile_exec, env_example, interpolate
 from tests.deploy.test_commands import GATEWAY, _healthcheck, _port
 from tests.gateway.test_cli import BOOTSTRAP, _env, _run, _start, _stop
-from tests.seaweedfs import SeaweedFS, seaweedfs
-
-__all__ = ["seaweedfs"]
+from tests.seaweedfs import SeaweedFS
 
 
 def _require_backends() -> None:
