@@ -38,6 +38,7 @@ from gateway.mirror.area import open_mirror
 from gateway.provider_keys.area import open_provider_keys
 from gateway.rerank.area import open_rerank
 from gateway.responses.area import open_responses
+from gateway.usage.area import open_usage
 from gateway.webhooks.area import open_webhooks
 from protocol.credentials import CredentialHasher
 from storage.open import Storage, open_storage
@@ -70,6 +71,7 @@ async def _open_areas(core: Core) -> AsyncIterator[Areas]:
                 open_keys(core),
                 open_provider_keys(core),
                 await open_credits(core),
+                open_usage(core),
                 files,
                 open_images(core, inference, files),
                 await open_responses(core, inference),

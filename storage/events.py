@@ -1,5 +1,8 @@
 """The durable events outbox: rows written in the same transaction as the change they report.
 
+Events of requests that failed without a charge carry what the hourly usage counts them under
+(`NewEvent.failed`): a batch writes their counts with them (storage/usage.py).
+
 Delivery (webhooks) reads them later in outbox order, `(txid, seq)` (storage/webhooks/);
 nothing here sends anything. `data` is stored as compact JSON text (msgspec: a few times faster
 than `json.dumps`, which matters for the hot path's batches) and sent verbatim.
@@ -17,6 +20,7 @@ import msgspec
 from protocol.ids import new_id
 from protocol.timefmt import now_us
 from storage.database import Database, Executor
+from storage.usage import FailedRequest, add_failures
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +67,15 @@ class NewEvent:
     type: str
     data: dict[str, Any]
     created_at: int
+    # A `completion.error` event's request, counted as a failed request in the hourly usage
+    # (storage/usage.py) in the transaction that writes the event (or its charge's).
+    failed: FailedRequest | None = None
 
 
-def new_event(org_id: str, type: str, data: dict[str, Any]) -> NewEvent:
-    return NewEvent(new_id("evt"), org_id, type, data, now_us())
+def new_event(
+    org_id: str, type: str, data: dict[str, Any], *, failed: FailedRequest | None = None
+) -> NewEvent:
+    return NewEvent(new_id("evt"), org_id, type, data, now_us(), failed)
 
 
 _COLUMNS = ("id", "org_id", "type", "data", "created_at")
@@ -100,6 +109,7 @@ class EventRepository:
                 batch = [e for e in batch if e.id not in stored]
             if batch:
                 await append_many(tx, batch)
+                await add_failures(tx, batch)
         return len(batch)
 
     async def list_for_org(

@@ -21,7 +21,7 @@ import msgspec
 from protocol.billing import REFUND, USAGE, KeyBudget
 from protocol.fine_tuning.provider import ACTIVE, CANCELLED, TERMINAL
 from protocol.ids import new_id
-from storage import events
+from storage import events, usage
 from storage.database import Database, Executor, Row
 from storage.key_spend import add_key_spend, take_key_spend
 from storage.ledger import LedgerRepository, UsageCharge
@@ -222,19 +222,21 @@ class FineTuningRepository:
                     id=hold_id(job.id),
                     key_id=job.key_id,
                 )
+                hold = UsageCharge(
+                    txn.id,
+                    job.org_id,
+                    job.key_id,
+                    job.model,
+                    job.id,
+                    job.hold_micros,
+                    description,
+                    job.created_at,
+                    budget,
+                    provider=job.provider,
+                )
                 if job.key_id is not None:
-                    hold = UsageCharge(
-                        txn.id,
-                        job.org_id,
-                        job.key_id,
-                        job.model,
-                        job.id,
-                        job.hold_micros,
-                        description,
-                        job.created_at,
-                        budget,
-                    )
                     await add_key_spend(tx, [hold])
+                await usage.add_charges(tx, [hold])  # a request of its hour, as any spend
         return job
 
     async def get(self, org_id: str, job_id: str) -> JobRecord | None:
@@ -432,6 +434,9 @@ class FineTuningRepository:
             )
             if job.key_id is not None:
                 await take_key_spend(tx, job.key_id, refund, job.created_at)
+            await usage.take_back(
+                tx, job.org_id, job.created_at, job.key_id, job.model, job.provider, refund
+            )
         row = await tx.fetchrow(
             "UPDATE fine_tuning_jobs SET billing = :state, charged_micros = :charged"
             f" WHERE id = :id RETURNING {_COLUMNS}",

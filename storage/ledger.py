@@ -23,7 +23,7 @@ from protocol.billing import (
 )
 from protocol.ids import new_id
 from protocol.timefmt import now_us
-from storage import events, replenish
+from storage import events, replenish, usage
 from storage.database import Database, Executor, Row
 from storage.key_spend import add_key_spend, budget_event_data, claim_alert
 
@@ -99,6 +99,11 @@ class UsageCharge:
     # The request's `completion.*` event, when one was made: written in the same transaction
     # as the row, so a billed request's event commits with its charge or neither does.
     event: events.NewEvent | None = None
+    # For usage analytics (storage/usage.py): the tokens charged, and the provider that
+    # answered (None when none did, e.g. a cached answer).
+    input_tokens: int = 0
+    output_tokens: int = 0
+    provider: str | None = None
 
 
 def _account(row: Row) -> Account:
@@ -219,8 +224,8 @@ class LedgerRepository:
     async def settle(self, charges: Sequence[UsageCharge], *, skip_stored: bool = False) -> Settled:
         """Write a batch of usage charges in one transaction: one balance update per org, a
         row per charge, the charges' completion events (in the batch's order), the keys' day
-        and month spend, and the budget.threshold events the batch crossed (once per key,
-        period and threshold).
+        and month spend, the budget.threshold events the batch crossed (once per key,
+        period and threshold), and the hourly usage counters (storage/usage.py).
         `skip_stored` (a retry after a failure whose outcome is unknown) leaves out charges
         whose rows exist already, so nothing is charged twice; their events, written in the
         same transaction as the rows, are left out with them."""
@@ -259,6 +264,7 @@ class LedgerRepository:
             if completions:
                 await events.append_many(tx, completions)
             spend = await add_key_spend(tx, charges)
+            await usage.add_charges(tx, charges)
         return Settled(balances, spend, frozenset(due))
 
     async def list(

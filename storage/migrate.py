@@ -2,8 +2,10 @@
 
 Files are `migrations/NNNN_name.sql` in the SQL both backends share, with `{{serial_pk}}`
 standing for an auto-incrementing primary key and `{{txid_default}}` for the writing
-transaction's id (PostgreSQL; 0 on SQLite). A run commits as one transaction; concurrent
-runs are serialized by `BEGIN IMMEDIATE` on SQLite and an advisory lock on PostgreSQL.
+transaction's id (PostgreSQL; 0 on SQLite), and `{{without_rowid}}` after a table whose rows
+SQLite should store in its primary key's order (PostgreSQL: nothing). A run commits as one
+transaction; concurrent runs are serialized by `BEGIN IMMEDIATE` on SQLite and an advisory
+lock on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,8 +19,13 @@ from storage.database import Database, Executor
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _DIALECT_MACROS = {
-    "sqlite": {"serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT", "txid_default": "0"},
+    "sqlite": {
+        "serial_pk": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "txid_default": "0",
+        "without_rowid": "WITHOUT ROWID",
+    },
     "postgresql": {
+        "without_rowid": "",
         "serial_pk": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
         # The writing transaction's id (xid8 fits a BIGINT): storage/webhooks/, "Order".
         "txid_default": "(pg_current_xact_id()::text::bigint)",

@@ -23,6 +23,7 @@ from storage.postgres import open_postgres
 from storage.provider_keys import ProviderKeyRepository
 from storage.responses import ResponseRepository
 from storage.sqlite import open_sqlite
+from storage.usage import UsageRepository
 from storage.webhooks import WebhookRepository
 
 
@@ -43,6 +44,7 @@ class Storage:
     responses: ResponseRepository
     fine_tuning: FineTuningRepository
     fine_tuned_models: FineTunedModelRepository
+    usage: UsageRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -62,6 +64,7 @@ class Storage:
             responses=ResponseRepository(db),
             fine_tuning=FineTuningRepository(db),
             fine_tuned_models=FineTunedModelRepository(db),
+            usage=UsageRepository(db),
         )
 
 

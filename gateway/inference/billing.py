@@ -128,7 +128,7 @@ class Bill:
     def charge(self, ctx: RequestContext, usage: Usage, key_id: str | None) -> int:
         assert isinstance(self._pricing, Pricing)
         micros = self._pricing.charge(usage.prompt_tokens, usage.completion_tokens)
-        return self._settle(ctx, micros, key_id)
+        return self._settle(ctx, micros, key_id, usage)
 
     def charge_legs(
         self,
@@ -147,14 +147,21 @@ class Bill:
                 completion_tokens=sum(u.completion_tokens for u, _ in legs),
             )
             return self._settle(
-                ctx, self._pricing.charge(whole.prompt_tokens, whole.completion_tokens), key_id
+                ctx,
+                self._pricing.charge(whole.prompt_tokens, whole.completion_tokens),
+                key_id,
+                whole,
             )
         micros = sum(
             pricing_for(price, plan).charge(u.prompt_tokens, u.completion_tokens)
             for u, price in legs
             if price is not None
         )
-        return self._settle(ctx, micros, key_id)
+        whole = Usage(
+            prompt_tokens=sum(u.prompt_tokens for u, _ in legs),
+            completion_tokens=sum(u.completion_tokens for u, _ in legs),
+        )
+        return self._settle(ctx, micros, key_id, whole)
 
     def charge_cached(
         self, ctx: RequestContext, usage: Usage, usd_per_mtok: Decimal, key_id: str | None
@@ -168,13 +175,17 @@ class Bill:
         else:
             pricing = _pricing(usd_per_mtok, usd_per_mtok, self._plan)
             micros = pricing.charge(usage.prompt_tokens, usage.completion_tokens)
-        return self._settle(ctx, micros, key_id)
+        return self._settle(ctx, micros, key_id, usage)
 
     def charge_units(self, ctx: RequestContext, units: Decimal, key_id: str | None) -> int:
         assert isinstance(self._pricing, UnitPricing)
         return self._settle(ctx, self._pricing.charge(units), key_id)
 
-    def _settle(self, ctx: RequestContext, micros: int, key_id: str | None) -> int:
+    def _settle(
+        self, ctx: RequestContext, micros: int, key_id: str | None, usage: Usage | None = None
+    ) -> int:
+        """Queue the charge, with its tokens (none for other units) and the provider that
+        answered (for usage analytics, storage/usage.py)."""
         now = now_us()
         # The transaction id is fixed now, so that a retried flush recognises the row.
         charge = UsageCharge(
@@ -187,6 +198,9 @@ class Bill:
             self._description,
             now,
             self._budget,
+            input_tokens=0 if usage is None else usage.prompt_tokens,
+            output_tokens=0 if usage is None else usage.completion_tokens,
+            provider=provider_of(ctx.deployment),
         )
         # Written when the request ends, with its completion event (gateway/inference/
         # completion_events.py): the request middleware's finish step releases it.
@@ -196,6 +210,12 @@ class Bill:
     def close(self) -> None:
         """Release the reservation if nothing was charged (the request failed)."""
         self._accountant.settle(self._reservation, None)
+
+
+def provider_of(deployment: str | None) -> str | None:
+    """The provider of a `<provider>/<upstream>` deployment name (RequestContext); None when
+    no deployment answered (a cached answer)."""
+    return None if not deployment else deployment.partition("/")[0]
 
 
 async def open_bill(

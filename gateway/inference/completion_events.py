@@ -5,6 +5,9 @@ usage flush writes both in one transaction (actors/awaiting_charges.py). Other e
 not billed) go to the event writer (actors/event_writer.py). Both write in batches: no commit
 per request.
 
+Every error event carries what the hourly usage counts the failed request under (storage/
+usage.py): written with its charge or its batch of events, never apart from them.
+
 Only requests that were authenticated count (the org and key are known): an unauthenticated 401
 has no org to tell. Every 4xx/5xx answer is an error event, a client that left before the
 answer completed (499) included; successes are sampled at `[webhooks]
@@ -20,8 +23,10 @@ from typing import Any
 
 from actors.accountant import Accountant
 from actors.event_writer import EventWriter
+from gateway.inference.billing import provider_of
 from gateway.web.context import RequestContext
 from storage.events import NewEvent, new_event
+from storage.usage import FailedRequest
 
 COMPLETION_ERROR, COMPLETION_SUCCESS = "completion.error", "completion.success"
 CLIENT_CLOSED = 499
@@ -61,7 +66,9 @@ class CompletionEvents:
         if ctx.route not in self._routes or ctx.org_id is None:
             return None
         if status >= 400:
-            return new_event(ctx.org_id, COMPLETION_ERROR, error_data(ctx, status, seconds))
+            failed = FailedRequest(ctx.key_id, ctx.model, provider_of(ctx.deployment))
+            data = error_data(ctx, status, seconds)
+            return new_event(ctx.org_id, COMPLETION_ERROR, data, failed=failed)
         if self._rate > 0 and self._draw() < self._rate:
             return new_event(ctx.org_id, COMPLETION_SUCCESS, success_data(ctx, status, seconds))
         return None

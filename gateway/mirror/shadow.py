@@ -183,7 +183,7 @@ class ShadowCaller:
             return ShadowResult(_outcome(exc), latency_ms=latency_ms)
         finally:
             if reservation is not None:  # settled once, whatever happened (cancelled too)
-                self._settle(job, price, reservation, usage)
+                self._settle(job, price, reservation, usage, deployment.provider.name)
         latency_ms = (trio.current_time() - began) * 1000
         return ShadowResult(
             OK,
@@ -208,6 +208,7 @@ class ShadowCaller:
         price: ModelConfig | None,
         reservation: Reservation,
         usage: Usage | None,
+        provider: str,
     ) -> None:
         """Release the hold and charge the call (nothing when it failed: `usage` None)."""
         accountant = self._accountant
@@ -228,6 +229,9 @@ class ShadowCaller:
             micros,
             mirror_description(job),
             now,
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            provider=provider,
         )
         accountant.settle(reservation, charge)
 

@@ -120,6 +120,7 @@ async def test_openapi_documents_every_route_with_its_types(gateway: Gateway) ->
         "/v1/credits",
         "/v1/credits/topup",
         "/v1/credits/transactions",
+        "/v1/usage",
         "/v1/billing/subscription",
         "/v1/billing/payment_methods",
         "/v1/billing/payment_methods/{payment_method_id}",

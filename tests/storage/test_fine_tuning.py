@@ -14,6 +14,7 @@ from protocol.fine_tuning.provider import ACTIVE, CANCELLED, FAILED, QUEUED, RUN
 from protocol.ids import new_id
 from storage.fine_tuning import HELD, NO_BILLING, JobRecord, Note
 from storage.open import Storage
+from storage.usage import DAY_US, HOUR_US
 
 pytestmark = pytest.mark.storage
 
@@ -49,6 +50,18 @@ def new_job(org_id: str, *, created_at: int = T0, hold: int = HOLD) -> JobRecord
 
 async def org(storage: Storage) -> str:
     return (await storage.orgs.create(new_id("o"))).id
+
+
+async def training_usage(storage: Storage, org_id: str) -> list[tuple[object, ...]]:
+    """The org's usage analytics around T0, by model and provider, read by hour and by day."""
+    day = T0 - T0 % DAY_US
+    by_hour = await storage.usage.grouped(
+        org_id, T0 - T0 % HOUR_US, T0 - T0 % HOUR_US + HOUR_US, ["model", "provider"]
+    )
+    by_day = await storage.usage.grouped(org_id, day, day + DAY_US, ["model", "provider"])
+    got = [(r.model, r.provider, r.requests, r.cost_micros) for r in by_hour]
+    assert got == [(r.model, r.provider, r.requests, r.cost_micros) for r in by_day]
+    return got
 
 
 async def test_create_writes_the_job_its_event_and_its_hold(storage: Storage) -> None:
@@ -91,6 +104,8 @@ async def test_a_terminal_move_settles_once(storage: Storage) -> None:
     assert again is None
     assert (await storage.ledger.account(org_id)).balance_micros == -1_200
     assert await storage.ledger.sum_rows(org_id) == -1_200
+    # The usage analytics count the job as a request of its hour costing what was charged.
+    assert await training_usage(storage, org_id) == [("m-2024-01-01", "sim", 1, 1_200)]
     messages = [e.message for e in (await repo.events(job.id, limit=10, after=None)).items]
     assert messages == ["done", "run", "made"]
     kinds = await storage.db.fetch("SELECT type FROM events WHERE org_id = :org", {"org": org_id})
@@ -121,6 +136,7 @@ async def test_racing_cancels_refund_once(storage: Storage) -> None:
     assert sum(o is not None for o in outcomes) == 1
     assert (await storage.ledger.account(org_id)).balance_micros == 0
     assert await storage.ledger.sum_rows(org_id) == 0
+    assert await training_usage(storage, org_id) == [("m-2024-01-01", "sim", 1, 0)]
     page = await storage.fine_tuning.events(job.id, limit=10, after=None)
     assert [e.message for e in page.items] == ["cancelled", "made"]
 

@@ -1,0 +1,1 @@
+"""The usage area: GET /v1/usage (area.py, routes.py; storage/usage.py writes the counters)."""
