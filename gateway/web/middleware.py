@@ -75,6 +75,7 @@ class RequestMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
+                ctx.first_byte_at = time.perf_counter()
                 message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
@@ -94,7 +95,7 @@ class RequestMiddleware:
         if ctx.logged_status is not None:
             status = ctx.logged_status
         route = ctx.route or "unmatched"
-        self._metrics.observe_request(ctx.method, route, status, seconds)
+        self._metrics.observe_request(ctx, route, status, seconds)
         for observer in self._on_finish:
             try:
                 observer(ctx, status, seconds)
