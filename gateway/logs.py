@@ -14,13 +14,14 @@ lines go to stdout, the rest to stderr, as before.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
 import time
 from contextvars import ContextVar
 from typing import TextIO
+
+import msgspec
 
 # The request being served by the current task (gateway/web/middleware.py), or None.
 REQUEST_ID: ContextVar[str | None] = ContextVar("gateway_request_id", default=None)
@@ -52,7 +53,7 @@ class AccessLine:
         self.summary = summary  # the line's `message`: "POST /v1/chat/completions 200"
 
     def __str__(self) -> str:
-        return json.dumps(self.fields, separators=(",", ":"))
+        return _encode(self.fields).decode()
 
 
 class JsonFormatter(logging.Formatter):
@@ -77,14 +78,24 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = redact(record.exc_text)
         if record.stack_info:
             entry["stack"] = redact(self.formatStack(record.stack_info))
-        return json.dumps(entry, separators=(",", ":"), default=str)
+        return _encode(entry).decode()
+
+
+_second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted (one per second)
+
+
+_encode = msgspec.json.Encoder(enc_hook=str).encode  # anything else a message carries: str()
 
 
 def _timestamp(created: float) -> str:
     """RFC 3339 in UTC to the millisecond: 2026-11-27T14:24:44.123Z."""
     seconds = int(created)
     millis = int((created - seconds) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+    last, text = _second[0]
+    if last != seconds:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _second[0] = (seconds, text)
+    return f"{text}.{millis:03d}Z"
 
 
 def setup_logging(

@@ -29,7 +29,13 @@ from prometheus_client import (
 )
 
 from gateway.operations.metric_labels import LabelValues, status_class
-from gateway.operations.metrics_shared import ENV, GAUGE_INTERVAL_S, WORKER_ENV, SharedMetrics
+from gateway.operations.metrics_shared import (
+    ENV,
+    GAUGE_INTERVAL_S,
+    WORKER_ENV,
+    Entry,
+    SharedMetrics,
+)
 
 # Seconds. Up to 600 s, the default `read_timeout_s`; a provider's longer `read_timeout_s` is
 # added as the last bucket (`duration_buckets`). docs/decisions.md, "Metrics: labels, buckets".
@@ -97,35 +103,30 @@ class _Histogram:
         self.total += 1
 
 
-class _Series:
-    """One (method, route, status class, model, provider): its count, and the latency and
-    time-to-first-byte histograms it shares with the other methods."""
-
-    __slots__ = ("count", "latency", "ttfb")
-
-    def __init__(self, latency: _Histogram, ttfb: _Histogram) -> None:
-        self.count = 0
-        self.latency = latency
-        self.ttfb = ttfb
-
-
-class _Usage:
-    __slots__ = ("cost", "input", "output")
+class _Count:
+    __slots__ = ("value",)
 
     def __init__(self) -> None:
-        self.input = 0
-        self.output = 0
-        self.cost = 0.0
+        self.value: float = 0
+
+    def inc(self, amount: float = 1, /) -> None:
+        self.value += amount
+
+
+# Entries cached per raw (method, route, status, model, deployment): bounded, since a model
+# name may be a client's (its label is `other`, but the raw name is the cache's key).
+_MAX_ENTRIES = 10_000
 
 
 class Metrics:
     def __init__(self, buckets: tuple[float, ...] = BASE_BUCKETS) -> None:
         self.buckets = buckets
         self.labels = LabelValues()
-        self._series: dict[tuple[str, str, str, str, str], _Series] = {}
+        self._entries: dict[tuple[str, str, int, str | None, str | None], Entry] = {}
+        self._requests: dict[tuple[str, str, str, str, str], _Count] = {}
         self._histograms: dict[tuple[str, str, str, str], tuple[_Histogram, _Histogram]] = {}
-        self._usage: dict[tuple[str, str], _Usage] = {}
-        self._limited: dict[tuple[str, str], int] = {}
+        self._usage: dict[tuple[str, str], tuple[_Count, _Count, _Count]] = {}
+        self._limited: dict[tuple[str, str], _Count] = {}
         self._attempts: dict[tuple[str, str], _Histogram] = {}
         self._gauges: list[tuple[str, str, Read]] = []
         self._counters: list[tuple[str, str, Read]] = []
@@ -143,54 +144,60 @@ class Metrics:
         """The configured model ids and provider names: the only `model` and `provider` label
         values besides `other` and `none`."""
         self.labels = LabelValues(models, providers)
+        self._entries.clear()
 
     def observe_request(self, facts: RequestFacts, route: str, status: int, seconds: float) -> None:
         """A finished request: `route` its template, `status` as logged, `seconds` taken."""
-        labels = self.labels
-        model = labels.model(facts.model)
-        provider = labels.provider(facts.deployment)
-        klass = status_class(status)
-        ttfb = None
+        key = (facts.method, route, status, facts.model, facts.deployment)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._new_entry(key)
+        entry.count.inc()
+        entry.latency.observe(seconds)
         if facts.stream and facts.first_byte_at is not None and status < 400:
-            ttfb = facts.first_byte_at - facts.started
-        shared = self._shared
-        if shared is not None:
-            shared.request(facts.method, route, klass, model, provider, seconds, ttfb)
-        else:
-            key = (facts.method, route, klass, model, provider)
-            series = self._series.get(key)
-            if series is None:
-                series = self._series[key] = self._new_series(route, klass, model, provider)
-            series.count += 1
-            series.latency.observe(seconds)
-            if ttfb is not None:
-                series.ttfb.observe(ttfb)
-        if status == 402 or status == 429:
-            if shared is not None:
-                shared.limited(route, status)
-            else:
-                limited = (route, str(status))
-                self._limited[limited] = self._limited.get(limited, 0) + 1
-        if facts.prompt_tokens is not None or facts.cost_usd is not None:
-            tokens_in = facts.prompt_tokens or 0
-            tokens_out = facts.completion_tokens or 0
-            cost = facts.cost_usd or 0.0
-            if shared is not None:
-                shared.usage(model, provider, tokens_in, tokens_out, cost)
-                return
-            usage = self._usage.get((model, provider))
-            if usage is None:
-                usage = self._usage[(model, provider)] = _Usage()
-            usage.input += tokens_in
-            usage.output += tokens_out
-            usage.cost += cost
+            entry.ttfb.observe(facts.first_byte_at - facts.started)
+        if entry.limited is not None:
+            entry.limited.inc()
+        tokens_in, cost = facts.prompt_tokens, facts.cost_usd
+        if tokens_in is not None or cost is not None:
+            if tokens_in:
+                entry.tokens_in.inc(tokens_in)
+            if facts.completion_tokens:
+                entry.tokens_out.inc(facts.completion_tokens)
+            if cost:
+                entry.cost.inc(cost)
 
-    def _new_series(self, route: str, klass: str, model: str, provider: str) -> _Series:
-        key = (route, klass, model, provider)
-        pair = self._histograms.get(key)
+    def _new_entry(self, key: tuple[str, str, int, str | None, str | None]) -> Entry:
+        """The series a request of `key` adds to, its labels bounded (metric_labels.py)."""
+        if len(self._entries) >= _MAX_ENTRIES:
+            self._entries.clear()
+        method, route, status, raw_model, deployment = key
+        model = self.labels.model(raw_model)
+        provider = self.labels.provider(deployment)
+        klass = status_class(status)
+        limited = str(status) if status in (402, 429) else None
+        if self._shared is not None:
+            entry = self._shared.entry(method, route, klass, model, provider, limited)
+        else:
+            entry = self._local_entry(method, route, klass, model, provider, limited)
+        self._entries[key] = entry
+        return entry
+
+    def _local_entry(
+        self, method: str, route: str, klass: str, model: str, provider: str, limited: str | None
+    ) -> Entry:
+        count = self._requests.setdefault((method, route, klass, model, provider), _Count())
+        pair = self._histograms.get((route, klass, model, provider))
         if pair is None:
-            pair = self._histograms[key] = (_Histogram(self.buckets), _Histogram(self.buckets))
-        return _Series(*pair)
+            pair = (_Histogram(self.buckets), _Histogram(self.buckets))
+            self._histograms[(route, klass, model, provider)] = pair
+        usage = self._usage.get((model, provider))
+        if usage is None:
+            usage = self._usage[(model, provider)] = (_Count(), _Count(), _Count())
+        refused = None
+        if limited is not None:
+            refused = self._limited.setdefault((route, limited), _Count())
+        return Entry(count, pair[0], pair[1], refused, *usage)
 
     def observe_attempt(self, provider: str, outcome: str, seconds: float) -> None:
         """One upstream attempt on `provider` (a configured name), ended with `outcome` (one
@@ -240,7 +247,7 @@ class Metrics:
 
     def _render_requests(self, out: list[str]) -> None:
         _family(out, "gateway_requests_total", "counter", _REQUESTS_HELP)
-        for (method, route, klass, model, provider), series in sorted(self._series.items()):
+        for (method, route, klass, model, provider), count in sorted(self._requests.items()):
             labels = _labels(
                 {
                     "method": method,
@@ -250,7 +257,7 @@ class Metrics:
                     "provider": provider,
                 }
             )
-            out.append(f"gateway_requests_total{labels} {series.count}")
+            out.append(f"gateway_requests_total{labels} {_number(count.value)}")
         for name, help, index in (
             ("gateway_request_duration_seconds", _LATENCY_HELP, 0),
             ("gateway_time_to_first_byte_seconds", _TTFB_HELP, 1),
@@ -263,18 +270,18 @@ class Metrics:
         _family(out, "gateway_limited_requests_total", "counter", _LIMITED_HELP)
         for (route, status), count in sorted(self._limited.items()):
             labels = _labels({"route": route, "status": status})
-            out.append(f"gateway_limited_requests_total{labels} {count}")
+            out.append(f"gateway_limited_requests_total{labels} {_number(count.value)}")
 
     def _render_usage(self, out: list[str]) -> None:
         _family(out, "gateway_tokens_total", "counter", _TOKENS_HELP)
-        for (model, provider), usage in sorted(self._usage.items()):
-            for kind, tokens in (("input", usage.input), ("output", usage.output)):
+        for (model, provider), (tokens_in, tokens_out, _) in sorted(self._usage.items()):
+            for kind, tokens in (("input", tokens_in), ("output", tokens_out)):
                 labels = _labels({"model": model, "provider": provider, "type": kind})
-                out.append(f"gateway_tokens_total{labels} {tokens}")
+                out.append(f"gateway_tokens_total{labels} {_number(tokens.value)}")
         _family(out, "gateway_cost_usd_total", "counter", _COST_HELP)
-        for (model, provider), usage in sorted(self._usage.items()):
+        for (model, provider), (_, _, cost) in sorted(self._usage.items()):
             labels = _labels({"model": model, "provider": provider})
-            out.append(f"gateway_cost_usd_total{labels} {usage.cost!r}")
+            out.append(f"gateway_cost_usd_total{labels} {float(cost.value)!r}")
         _family(out, "gateway_upstream_attempt_duration_seconds", "histogram", _ATTEMPT_HELP)
         for (provider, outcome), hist in sorted(self._attempts.items()):
             tags = {"provider": provider, "outcome": outcome}
@@ -295,6 +302,10 @@ _ATTEMPT_HELP = (
 _PROCESS = CollectorRegistry(auto_describe=True)
 for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
     _PROCESS.register(_collector)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
 
 
 def _family(out: list[str], name: str, kind: str, help: str) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -68,6 +69,28 @@ def count_worker_start(*, restarted: bool, first: bool) -> None:
     )
     if restarted:
         counter.inc()
+
+
+class Inc(Protocol):
+    def inc(self, amount: float = 1, /) -> None: ...
+
+
+class Observe(Protocol):
+    def observe(self, amount: float, /) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one kind of finished request (method, route, status, model, deployment) adds to:
+    prometheus_client's children here, in-process counts in metrics.py."""
+
+    count: Inc
+    latency: Observe
+    ttfb: Observe
+    limited: Inc | None  # 402 and 429 only
+    tokens_in: Inc
+    tokens_out: Inc
+    cost: Inc
 
 
 class SharedMetrics:
@@ -123,10 +146,7 @@ class SharedMetrics:
             buckets=buckets,
             registry=self._registry,
         )
-        self._series: dict[tuple[str, str, str, str, str], tuple[Counter, Histogram]] = {}
-        self._ttfb_children: dict[tuple[str, str, str, str], Histogram] = {}
-        self._usage_children: dict[tuple[str, str], tuple[Counter, Counter, Counter]] = {}
-        self._children: dict[tuple[str, ...], Counter | Histogram] = {}
+        self._attempt_children: dict[tuple[str, str], Histogram] = {}
         # name -> the gauge, its label names, and the label values it has published
         self._gauges: dict[str, tuple[Gauge, tuple[str, ...], set[tuple[str, ...]]]] = {}
         # name -> the counter, its label names, and what it was published at, per labels
@@ -136,62 +156,25 @@ class SharedMetrics:
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self._process.register(collector)
 
-    def request(
-        self,
-        method: str,
-        route: str,
-        klass: str,
-        model: str,
-        provider: str,
-        seconds: float,
-        ttfb: float | None,
-    ) -> None:
-        key = (method, route, klass, model, provider)
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = (
-                self._requests.labels(*key),
-                self._latency.labels(route, klass, model, provider),
-            )
-        series[0].inc()
-        series[1].observe(seconds)
-        if ttfb is not None:
-            hist = self._ttfb_children.get(key[1:])
-            if hist is None:
-                hist = self._ttfb_children[key[1:]] = self._ttfb.labels(*key[1:])
-            hist.observe(ttfb)
-
-    def limited(self, route: str, status: int) -> None:
-        key = ("limited", route, str(status))
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self._limited.labels(route, str(status))
-        assert isinstance(child, Counter)
-        child.inc()
-
-    def usage(
-        self, model: str, provider: str, tokens_in: int, tokens_out: int, cost: float
-    ) -> None:
-        children = self._usage_children.get((model, provider))
-        if children is None:
-            children = self._usage_children[(model, provider)] = (
-                self._tokens.labels(model, provider, "input"),
-                self._tokens.labels(model, provider, "output"),
-                self._cost.labels(model, provider),
-            )
-        if tokens_in:
-            children[0].inc(tokens_in)
-        if tokens_out:
-            children[1].inc(tokens_out)
-        if cost:
-            children[2].inc(cost)
+    def entry(
+        self, method: str, route: str, klass: str, model: str, provider: str, limited: str | None
+    ) -> Entry:
+        """The children one kind of finished request adds to (cached by Metrics)."""
+        return Entry(
+            self._requests.labels(method, route, klass, model, provider),
+            self._latency.labels(route, klass, model, provider),
+            self._ttfb.labels(route, klass, model, provider),
+            None if limited is None else self._limited.labels(route, limited),
+            self._tokens.labels(model, provider, "input"),
+            self._tokens.labels(model, provider, "output"),
+            self._cost.labels(model, provider),
+        )
 
     def attempt(self, provider: str, outcome: str, seconds: float) -> None:
-        key = ("attempt", provider, outcome)
-        child = self._children.get(key)
+        child = self._attempt_children.get((provider, outcome))
         if child is None:
-            child = self._children[key] = self._attempts.labels(provider, outcome)
-        assert isinstance(child, Histogram)
+            child = self._attempts.labels(provider, outcome)
+            self._attempt_children[(provider, outcome)] = child
         child.observe(seconds)
 
     def publish(self, gauges: Registered, counters: Registered = ()) -> None:
