@@ -101,8 +101,10 @@ def _timestamp(created: float) -> str:
 def setup_logging(
     level: str = "INFO", *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> None:
-    """JSON lines: access lines on `stdout`, the rest on `stderr` (the process's by default)."""
+    """JSON lines: access lines on `stdout`, the rest on `stderr` (the process's by default).
+    Python's warnings (a library's deprecation, say) become lines too (logger `py.warnings`)."""
     formatter = JsonFormatter()
+    logging.captureWarnings(True)
     root = logging.getLogger()
     root.handlers.clear()
     plain = logging.StreamHandler(stderr or sys.stderr)

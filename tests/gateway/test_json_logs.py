@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def streams() -> Iterator[Streams]:
     try:
         yield captured
     finally:
+        logging.captureWarnings(False)
         root.handlers[:], access.handlers[:] = saved[0], saved[2]
         root.setLevel(saved[1])
         access.propagate = saved[3]
@@ -116,6 +118,9 @@ async def test_every_line_is_json_and_lines_inside_a_request_carry_its_id(
         crashed = await gw.client.get(f"/v1/test/crash?key={SECRET}")
         assert logged.status_code == 200 and crashed.status_code == 500
         await wait_until(lambda: len(Streams.lines(streams.stdout)) >= 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("a library's deprecation", DeprecationWarning, stacklevel=1)
     application = Streams.lines(streams.stderr)
     access = Streams.lines(streams.stdout)
     assert application and access
@@ -127,6 +132,8 @@ async def test_every_line_is_json_and_lines_inside_a_request_carry_its_id(
         ("in a task the request started", request_id),
     ]
     assert all(e["level"] == "WARNING" for e in inside)
+    warned = [e for e in application if e["logger"] == "py.warnings"]
+    assert len(warned) == 1 and "a library's deprecation" in warned[0]["message"]
 
     crash_id = crashed.headers["x-request-id"]
     unhandled = next(e for e in application if e["request_id"] == crash_id)
