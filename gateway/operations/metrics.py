@@ -238,7 +238,7 @@ class Metrics:
         for name, help, read in self._counters:
             _family(out, f"{name}_total", "counter", help)
             for sample_labels, value in read():
-                out.append(f"{name}_total{_labels(sample_labels)} {value}")
+                out.append(f"{name}_total{_labels(sample_labels)} {_number(value)}")
         for name, help, read in self._gauges:
             _family(out, name, "gauge", help)
             for sample_labels, value in read():
@@ -274,12 +274,13 @@ class Metrics:
 
     def _render_usage(self, out: list[str]) -> None:
         _family(out, "gateway_tokens_total", "counter", _TOKENS_HELP)
-        for (model, provider), (tokens_in, tokens_out, _) in sorted(self._usage.items()):
+        used = sorted((k, v) for k, v in self._usage.items() if any(c.value for c in v))
+        for (model, provider), (tokens_in, tokens_out, _) in used:
             for kind, tokens in (("input", tokens_in), ("output", tokens_out)):
                 labels = _labels({"model": model, "provider": provider, "type": kind})
                 out.append(f"gateway_tokens_total{labels} {_number(tokens.value)}")
         _family(out, "gateway_cost_usd_total", "counter", _COST_HELP)
-        for (model, provider), (_, _, cost) in sorted(self._usage.items()):
+        for (model, provider), (_, _, cost) in used:
             labels = _labels({"model": model, "provider": provider})
             out.append(f"gateway_cost_usd_total{labels} {float(cost.value)!r}")
         _family(out, "gateway_upstream_attempt_duration_seconds", "histogram", _ATTEMPT_HELP)

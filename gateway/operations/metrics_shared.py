@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -91,6 +92,23 @@ class Entry:
     tokens_in: Inc
     tokens_out: Inc
     cost: Inc
+
+
+class _Lazy:
+    """A counter child made on its first increment: a request kind that never has tokens (no
+    model) leaves no series of zeros in the files."""
+
+    __slots__ = ("_child", "_make")
+
+    def __init__(self, make: Callable[[], Counter]) -> None:
+        self._make = make
+        self._child: Counter | None = None
+
+    def inc(self, amount: float = 1, /) -> None:
+        child = self._child
+        if child is None:
+            child = self._child = self._make()
+        child.inc(amount)
 
 
 class SharedMetrics:
@@ -165,9 +183,9 @@ class SharedMetrics:
             self._latency.labels(route, klass, model, provider),
             self._ttfb.labels(route, klass, model, provider),
             None if limited is None else self._limited.labels(route, limited),
-            self._tokens.labels(model, provider, "input"),
-            self._tokens.labels(model, provider, "output"),
-            self._cost.labels(model, provider),
+            _Lazy(partial(self._tokens.labels, model, provider, "input")),
+            _Lazy(partial(self._tokens.labels, model, provider, "output")),
+            _Lazy(partial(self._cost.labels, model, provider)),
         )
 
     def attempt(self, provider: str, outcome: str, seconds: float) -> None:

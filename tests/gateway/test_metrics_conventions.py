@@ -4,10 +4,13 @@ issue #25 names is there with the values those requests made."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import trio
 from prometheus_client.metrics_core import Metric
 
 from actors.supervisor import RestartPolicy
@@ -19,6 +22,7 @@ from tests.waiting import wait_until
 MODELS = {"dead/gone", "sim/sim-small", "sim/sim-embed", "claude/claude-haiku"}
 PROVIDERS = {"sim", "claude", "dead"}
 BODY = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+ROOT = Path(__file__).resolve().parents[2]
 READ_TIMEOUT_S = 900.0  # past the standard buckets: added as the last one
 
 
@@ -149,3 +153,55 @@ def test_the_lint_refuses_what_breaks_the_rules(text: str, broken: str) -> None:
     lint(GOOD_HISTOGRAM, models=MODELS)
     with pytest.raises(AssertionError, match=broken):
         lint(text, models=MODELS)
+
+
+# Run in a process of its own: prometheus_client picks its multiprocess values at import.
+SHARED_SCRIPT = """
+import sys
+from gateway.operations.metrics import Metrics, duration_buckets
+from gateway.web.context import RequestContext
+
+metrics = Metrics(duration_buckets([900.0]))
+metrics.know(["sim/sim-small"], ["sim"])
+metrics.counter("gateway_actor_restarts", "Restarts.", lambda: [({"kind": "background"}, 2.0)])
+ctx = RequestContext(request_id="req_1", method="POST", path="/x", started=10.0)
+ctx.model = ctx.deployment = "sim/sim-small"
+ctx.stream, ctx.first_byte_at = True, 10.25
+ctx.prompt_tokens, ctx.completion_tokens, ctx.cost_usd = 7, 3, 0.5
+for _ in range(2):
+    metrics.observe_request(ctx, "/v1/chat/completions", 200, 1.5)
+refused = RequestContext(request_id="req_2", method="POST", path="/x", started=0.0)
+refused.model = "ft:someone's"
+metrics.observe_request(refused, "/v1/chat/completions", 429, 0.01)
+metrics.observe_attempt("sim", "ok", 0.2)
+sys.stdout.write(metrics.render())
+"""
+
+
+async def test_the_shared_families_under_workers_keep_the_rules(tmp_path: Path) -> None:
+    """`--workers N`'s multiprocess values: the same families, labels and values."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "GATEWAY_WORKER_INDEX": "3"}
+    done = await trio.run_process(
+        [sys.executable, "-c", SHARED_SCRIPT], env=env, capture_stdout=True, cwd=ROOT
+    )
+    families = lint(done.stdout.decode(), models={"sim/sim-small"}, providers={"sim"})
+    chat = {"route": "/v1/chat/completions", "model": "sim/sim-small", "provider": "sim"}
+    assert value(families["gateway_requests"], "gateway_requests_total", **chat) == 2
+    ttfb = families["gateway_time_to_first_byte_seconds"]
+    assert value(ttfb, "gateway_time_to_first_byte_seconds_sum", **chat) == 0.5
+    tokens = families["gateway_tokens"]
+    small = {"model": "sim/sim-small", "provider": "sim"}
+    assert value(tokens, "gateway_tokens_total", type="input", **small) == 14
+    assert value(tokens, "gateway_tokens_total", type="output", **small) == 6
+    assert {s.labels["model"] for s in tokens.samples} == {"sim/sim-small"}  # no zeros
+    assert value(families["gateway_cost_usd"], "gateway_cost_usd_total", **small) == 1.0
+    limited = families["gateway_limited_requests"]
+    assert value(limited, "gateway_limited_requests_total", status="429") == 1
+    assert value(families["gateway_requests"], "gateway_requests_total", model="other") == 1
+    restarts = families["gateway_actor_restarts"]
+    assert value(restarts, "gateway_actor_restarts_total", kind="background") == 2
+    attempts = families["gateway_upstream_attempt_duration_seconds"]
+    name = "gateway_upstream_attempt_duration_seconds_bucket"
+    assert value(attempts, name, provider="sim", le="900.0") == 1
+    cpu = families["process_cpu_seconds"]
+    assert [s.labels for s in cpu.samples] == [{"worker": "3"}]
