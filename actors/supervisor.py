@@ -173,6 +173,9 @@ class Supervisor(Actor):
         self._nursery: trio.Nursery | None = None
         # Live children plus "failed" ones, kept so the tree and /healthz show them.
         self._children: dict[str, Child] = {}
+        # Restarts per actor kind since this tree started, never decreasing (a retired actor's
+        # are kept): one map shared by the nested supervisors started here (/metrics).
+        self.restart_counts: dict[str, int] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the nursery, report ready, then run until cancelled.
@@ -295,8 +298,13 @@ class Supervisor(Actor):
         # so per-key spawners can recover without a separate stop().
         if existing is not None and existing.state != "failed":
             raise ValueError(f"supervisor {self.name!r} already has a child named {actor.name!r}")
-        if isinstance(actor, Supervisor) and not actor.kind_settings:
-            actor.kind_settings = self.kind_settings
+        if isinstance(actor, Supervisor):
+            if not actor.kind_settings:
+                actor.kind_settings = self.kind_settings
+            if actor.restart_counts is not self.restart_counts:
+                for kind, count in actor.restart_counts.items():  # counted before it joined
+                    self.restart_counts[kind] = self.restart_counts.get(kind, 0) + count
+                actor.restart_counts = self.restart_counts
         child = Child(actor.name, actor, policy or self.policy_for(actor))
         self._children[actor.name] = child
         return child
@@ -388,6 +396,8 @@ class Supervisor(Actor):
                 return
             recent.append(now)
             child.restarts += 1
+            kind = child.actor.kind
+            self.restart_counts[kind] = self.restart_counts.get(kind, 0) + 1
             child.state = "backoff"
             msg = "actor %s crashed (%s); restart %d in %.3gs"
             _log.warning(msg, child.name, error, child.restarts, backoff)

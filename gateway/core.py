@@ -29,7 +29,7 @@ from gateway.config import Config
 from gateway.inference.model_registry import ModelRegistry
 from gateway.keyring import Keyring, register_age_gauge
 from gateway.operations.actor_metrics import register_actor_gauges
-from gateway.operations.metrics import Metrics
+from gateway.operations.metrics import Metrics, duration_buckets
 from gateway.operations.readiness import Readiness
 from protocol.credentials import CredentialHasher
 from protocol.payments import PaymentProcessor
@@ -123,7 +123,9 @@ async def start_core(
         event_writer,
     ):
         await supervisor.start(actor)
-    metrics = Metrics()
+    registry = ModelRegistry(config.providers, config.models)
+    metrics = Metrics(duration_buckets(p.read_timeout_s for p in config.providers))
+    metrics.know((m.id for _, m in registry.configured()), (p.name for p in config.providers))
     register_actor_gauges(metrics, supervisor)
     metrics.gauge(
         "gateway_auth_cache_entries",
@@ -142,7 +144,7 @@ async def start_core(
         last_used=last_used,
         metrics=metrics,
         readiness=_readiness(supervisor, watch),
-        registry=ModelRegistry(config.providers, config.models),
+        registry=registry,
         upstreams=upstreams,
         relays=relays,
         provider_keys=provider_keys,

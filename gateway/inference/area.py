@@ -61,6 +61,7 @@ async def open_inference(
         fine_tuned_models=core.storage.fine_tuned_models,
         cooldowns=cooldowns,
         plugins=plugins if plugins.pipeline is not None else None,
+        metrics=core.metrics,
     )
     register_deployment_gauges(core.metrics, core.registry)
     return InferenceArea(

@@ -11,6 +11,7 @@ from actors.cooldown_sync import CooldownSync
 from actors.relay import StreamRelays
 from actors.upstream import Upstreams
 from gateway.inference.model_registry import ModelRegistry
+from gateway.operations.metrics import Metrics
 from gateway.plugins.build import Plugins
 from services.provider_keys import ProviderKeyResolver
 from storage.fine_tuned_models import FineTunedModelRepository
@@ -31,3 +32,5 @@ class InferenceDeps:
     cooldowns: CooldownSync | None = None
     # Guardrails and the response cache (gateway/plugins/); None: none configured.
     plugins: Plugins | None = None
+    # Upstream attempts' durations on /metrics (None: not recorded, e.g. in a unit test).
+    metrics: Metrics | None = None

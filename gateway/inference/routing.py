@@ -35,7 +35,13 @@ from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.model_registry import ResolvedModel, Route, single_route
 from gateway.provider_keys.gateway_key import missing_variable
-from protocol.errors import APIError, UpstreamError, UpstreamStatusError
+from protocol.errors import (
+    APIError,
+    UpstreamError,
+    UpstreamMalformed,
+    UpstreamStatusError,
+    UpstreamTimeout,
+)
 from protocol.provider_keys import INVALID_PROVIDER_KEY
 from services.routing.balancer import Target
 
@@ -62,7 +68,7 @@ async def attempts(
     ones before failed; admission checked them)."""
     if model.route is None and not fallbacks:
         _answered_by(call, model, 1)
-        return await attempt(model)
+        return await _timed(call, deps, model, attempt)
     return await _Attempts(call, deps, [model, *fallbacks], replayable).run(attempt)
 
 
@@ -128,7 +134,7 @@ class _Attempts:
             self.current, self.broke = target, False
             self.call.failover = partial(self._fail_over, deadline)
             try:
-                result = await attempt(deployment)
+                result = await _timed(self.call, self.deps, deployment, attempt)
             except UpstreamError as exc:  # before the answer began: the first deployment's
                 target.in_flight -= 1
                 if await self._own_key_refused(target, deployment, exc):
@@ -304,6 +310,43 @@ class _Attempts:
         delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (self.made - 1))
         delay *= random.uniform(0.5, 1.0)
         await trio.sleep(max(0.0, min(delay, deadline - trio.current_time())))
+
+
+async def _timed(
+    call: Call,
+    deps: InferenceDeps,
+    deployment: ResolvedModel,
+    attempt: Callable[[ResolvedModel], Awaitable[T]],
+) -> T:
+    """`attempt(deployment)`, its duration on /metrics by provider and outcome: to its answer,
+    or to the head of a streamed one (the stream's own length is the client's)."""
+    metrics = deps.metrics
+    if metrics is None:
+        return await attempt(deployment)
+    began = trio.current_time()
+    try:
+        result = await attempt(deployment)
+    except UpstreamError as exc:
+        metrics.observe_attempt(
+            deployment.provider.name, _outcome(exc), trio.current_time() - began
+        )
+        raise
+    answered = call.first_byte_at or trio.current_time()
+    metrics.observe_attempt(deployment.provider.name, "ok", answered - began)
+    return result
+
+
+def _outcome(exc: UpstreamError) -> str:
+    """How a failed attempt ended, as metric_labels.OUTCOMES names it."""
+    if isinstance(exc, UpstreamStatusError):
+        if exc.status == 429:
+            return "http_429"
+        return "http_4xx" if exc.status < 500 else "http_5xx"
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
+    if isinstance(exc, UpstreamMalformed):
+        return "malformed"
+    return "unavailable"
 
 
 def _answered_by(call: Call, deployment: ResolvedModel, made: int) -> None:

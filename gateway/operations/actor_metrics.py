@@ -2,8 +2,9 @@
 nothing is labelled by actor name except restarts, which only long-lived actors accumulate).
 
     gateway_actors{kind,state}                 actors of each kind in each state
-    gateway_actor_restarts{actor,state}        restarts of each supervised actor (lifetime)
-    gateway_actor_restarts_by_kind{kind}       the same summed per kind
+    gateway_actor_restarts_total{kind}         restarts since start (a counter: never lower)
+    gateway_actor_restart_count{actor,state}   restarts of each supervised actor (lifetime)
+    gateway_actor_restarts_by_kind{kind}       the same summed per kind, over the live actors
     gateway_actor_inbox_depth{kind}            messages waiting, summed over the kind
     gateway_actor_inbox_capacity{kind}         the inbox capacity of one actor of the kind
     gateway_actor_messages_handled{kind}       messages handled since start, summed
@@ -77,8 +78,8 @@ def register_actor_gauges(metrics: Metrics, supervisor: Supervisor) -> None:
     gauges: list[tuple[str, str, Callable[[], Samples]]] = [
         ("gateway_actors", "Supervised actors by kind and state.", lambda: _states(supervisor)),
         (
-            "gateway_actor_restarts",
-            "Restarts of each supervised actor.",
+            "gateway_actor_restart_count",
+            "Restarts of each supervised actor still known to its supervisor.",
             lambda: _restarts(supervisor),
         ),
         (
@@ -109,3 +110,15 @@ def register_actor_gauges(metrics: Metrics, supervisor: Supervisor) -> None:
     ]
     for name, help, read in gauges:
         metrics.gauge(name, help, read)
+    metrics.counter(
+        "gateway_actor_restarts",
+        "Actors restarted after a crash, by kind, since the process started.",
+        lambda: _restart_counts(supervisor),
+    )
+
+
+def _restart_counts(supervisor: Supervisor) -> Samples:
+    """Every kind in the tree (0 until one restarts) and every kind that ever restarted."""
+    counts = dict.fromkeys((node.kind for node in _nodes(supervisor)), 0)
+    counts.update(supervisor.restart_counts)
+    return [({"kind": kind}, float(n)) for kind, n in sorted(counts.items())]

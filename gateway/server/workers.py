@@ -39,6 +39,7 @@ from msgspec.structs import replace
 
 from gateway.config import Config
 from gateway.operations.metrics_shared import ENV as METRICS_ENV
+from gateway.operations.metrics_shared import WORKER_ENV as METRICS_WORKER_ENV
 from gateway.operations.metrics_shared import count_worker_start, mark_dead, prepare_directory
 from gateway.operations.routes import Worker
 from gateway.server.serve import reuseport_sockets, run_until_signalled
@@ -58,6 +59,7 @@ def worker_main(config: Config, worker: Worker, control: Connection, restarted: 
     from gateway.logs import setup_logging
 
     os.setpgid(0, 0)  # signals come from the parent, not the terminal
+    os.environ[METRICS_WORKER_ENV] = str(worker.index)  # its process figures' `worker` label
     setup_logging(config.log_level)
     count_worker_start(restarted=restarted, first=worker.index == 0 and not restarted)
 

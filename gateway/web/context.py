@@ -53,6 +53,7 @@ class RequestContext:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     status: int | None = None
+    first_byte_at: float | None = None  # time.perf_counter() when the response's head went out
     response_complete: bool = False
     # Logged (access log, metrics, events) instead of the status sent: 503 for a stream the
     # server ended because it was shutting down (its head had said 200).

@@ -1,5 +1,8 @@
 """The outermost ASGI layer: request id, access log line and metrics for every HTTP request.
 
+The request id is also set for every log line written while the request is served
+(gateway/logs.py `REQUEST_ID`).
+
 It sees every request, including unknown routes, errors and client disconnects, because it
 wraps the whole app. A request whose response never completed (the client went away first)
 is logged with status 499 (code `client_disconnected`); a route may set the status to log
@@ -11,12 +14,11 @@ request's context, final status and duration: that is where `completion.*` event
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 
+from gateway.logs import REQUEST_ID, AccessLine, redact
 from gateway.operations.metrics import Metrics
 from gateway.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from gateway.web.context import SCOPE_KEY, RequestContext
@@ -29,20 +31,6 @@ REQUEST_ID_HEADER = b"x-request-id"
 # Called once per finished HTTP request with its context, final status and seconds taken;
 # must not block (it runs in the request's task, after the response).
 FinishObserver = Callable[[RequestContext, int, float], None]
-# Organizations' keys are base62 after their prefix; an operator key may hold any bearer-token
-# character (GATEWAY_OPERATOR_KEY is chosen by the operator).
-_CREDENTIAL = re.compile(
-    r"(service_(?:mgmt|sk)_[A-Za-z]*_?)[A-Za-z0-9]+|(service_op_)[A-Za-z0-9._~+/=%-]+"
-)
-
-
-def redact(text: str) -> str:
-    """Mask anything shaped like one of our credentials (say, pasted into a URL by mistake)."""
-    return _CREDENTIAL.sub(_mask, text) if "service_" in text else text
-
-
-def _mask(found: re.Match[str]) -> str:
-    return (found.group(1) or found.group(2)) + "***"
 
 
 class RequestMiddleware:
@@ -75,6 +63,7 @@ class RequestMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 ctx.status = message["status"]
+                ctx.first_byte_at = time.perf_counter()
                 message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, request_id)]
                 await send(message)
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
@@ -83,10 +72,12 @@ class RequestMiddleware:
             else:
                 await send(message)
 
+        token = REQUEST_ID.set(ctx.request_id)  # on every log line while it is served
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             self._finish(ctx)
+            REQUEST_ID.reset(token)
 
     def _finish(self, ctx: RequestContext) -> None:
         seconds = time.perf_counter() - ctx.started
@@ -94,35 +85,31 @@ class RequestMiddleware:
         if ctx.logged_status is not None:
             status = ctx.logged_status
         route = ctx.route or "unmatched"
-        self._metrics.observe_request(ctx.method, route, status, seconds)
+        self._metrics.observe_request(ctx, route, status, seconds)
         for observer in self._on_finish:
             try:
                 observer(ctx, status, seconds)
             except Exception:  # a bug in one must not fail the (answered) request
                 access_log.exception("a request observer failed on %s", route)
         if self._log_requests and access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                json.dumps(
-                    {
-                        "request_id": ctx.request_id,
-                        "method": ctx.method,
-                        "route": route,
-                        "path": redact(ctx.path),
-                        "status": status,
-                        "code": _code(ctx, status),
-                        "latency_ms": round(seconds * 1000, 3),
-                        "org_id": ctx.org_id,
-                        "key_id": ctx.key_id,
-                        "model": ctx.model,
-                        "deployment": ctx.deployment,
-                        "attempts": ctx.attempts,
-                        "prompt_tokens": ctx.prompt_tokens,
-                        "completion_tokens": ctx.completion_tokens,
-                        "cost_usd": ctx.cost_usd,
-                    },
-                    separators=(",", ":"),
-                )
-            )
+            fields: dict[str, object] = {
+                "request_id": ctx.request_id,
+                "method": ctx.method,
+                "route": route,
+                "path": redact(ctx.path),
+                "status": status,
+                "code": _code(ctx, status),
+                "latency_ms": round(seconds * 1000, 3),
+                "org_id": ctx.org_id,
+                "key_id": ctx.key_id,
+                "model": ctx.model,
+                "deployment": ctx.deployment,
+                "attempts": ctx.attempts,
+                "prompt_tokens": ctx.prompt_tokens,
+                "completion_tokens": ctx.completion_tokens,
+                "cost_usd": ctx.cost_usd,
+            }
+            access_log.info(AccessLine(fields, f"{ctx.method} {route} {status}"))
 
 
 def _code(ctx: RequestContext, status: int) -> str | None:

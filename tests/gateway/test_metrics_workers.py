@@ -9,6 +9,7 @@ import httpx
 import trio
 
 from tests.gateway.test_cli import _env, _gateway, _start, _stop
+from tests.metrics_lint import lint
 
 # The shared venv may hold another checkout installed in development mode: run this one.
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,15 @@ async def test_every_scrape_counts_the_requests_of_every_worker(tmp_path: Path) 
                     text = (await client.get("/metrics")).text
                     # each earlier scrape is counted, this one is not yet
                     assert requests_total(text) == sent + scrape, (scrape, text)
-                    assert "gateway_actor_restarts" in text
+                    assert "gateway_actor_restarts_total" in text
+                    lint(text, models=(), providers=())  # no model configured: none, other
+                    # each worker's own process figures, by its index
+                    for worker in ("0", "1"):
+                        assert f'process_cpu_seconds_total{{worker="{worker}"}}' in text
+                        assert any(
+                            line.startswith("python_info{") and f'worker="{worker}"' in line
+                            for line in text.splitlines()
+                        )
                     await trio.sleep(0.02)  # the last scrape's count is taken after its answer
             nursery.cancel_scope.cancel()
     finally:
