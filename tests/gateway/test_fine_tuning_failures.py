@@ -337,11 +337,17 @@ async def test_a_file_found_corrupt_while_uploading_fails_the_job(
         file_id = await upload(gw, key, content)
         job_id = (await create(gw, key, model=BASE, training_file=file_id)).json()["id"]
 
-        async def validated() -> bool:
+        async def upload_refused() -> bool:
+            """Validated, and an upload refused 503 with the watcher asleep before its retry:
+            no upload is in flight while the byte is flipped and the provider comes back (one
+            in flight would have read the blob before the flip, and the provider, answering
+            at its body's end, could accept it)."""
             stored = await gw.runtime.storage.fine_tuning.by_id(job_id)
-            return stored is not None and stored.dataset_tokens is not None
+            validated = stored is not None and stored.dataset_tokens is not None
+            refused = upstream_calls(rig.upstream, "POST", "/v1/files") >= 1
+            return validated and refused and watcher.asleep_until is not None
 
-        await drive(mock_clock, [watcher], validated)
+        await drive(mock_clock, [watcher], upload_refused)
         await trio.to_thread.run_sync(flip_a_byte, tmp_path, file_id)
         rig.upstream.behavior.fail_status = None
         done = await run_to_end(rig, mock_clock, job_id)
