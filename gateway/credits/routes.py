@@ -3,8 +3,6 @@ subscription. Reads need `billing:read`, changes `billing:write` (management key
 
 from __future__ import annotations
 
-from datetime import date, datetime
-
 from msgspec import UnsetType
 
 from actors.accountant import Accountant
@@ -32,7 +30,7 @@ from protocol.billing_api import (
 from protocol.decoding import decode_json
 from protocol.money import format_usd, micros_to_usd, usd_to_micros
 from protocol.scopes import BILLING_READ, BILLING_WRITE
-from protocol.timefmt import from_datetime, now_us, to_iso
+from protocol.timefmt import now_us, to_iso
 from services.payments import (
     PaymentMethod,
     PaymentProcessor,
@@ -74,22 +72,6 @@ def transaction_item(txn: Transaction) -> TransactionItem:
         model=txn.model,
         request_id=txn.request_id,
     )
-
-
-def _query_time(request: Request, name: str) -> int | None:
-    """An ISO 8601 date (`2026-11-01`, midnight UTC) or date-time (naive = UTC)."""
-    raw = request.query.get(name)
-    if not raw:
-        return None
-    try:
-        if "T" in raw or " " in raw:
-            return from_datetime(datetime.fromisoformat(raw.replace("Z", "+00:00")))
-        day = date.fromisoformat(raw)
-        return from_datetime(datetime(day.year, day.month, day.day))
-    except ValueError:
-        raise errors.invalid_request(
-            f"`{name}` must be an ISO 8601 date or date-time, e.g. 2026-11-01.", param=name
-        ) from None
 
 
 def _settings(body: CreditSettings, current: Account) -> dict[str, object]:
@@ -237,7 +219,7 @@ def routes(storage: Storage, accountant: Accountant, payments: PaymentProcessor)
             raise errors.invalid_request(
                 f"`type` must be one of {', '.join(TRANSACTION_TYPES)}.", param="type"
             )
-        start, end = _query_time(request, "start_date"), _query_time(request, "end_date")
+        start, end = request.query_time("start_date"), request.query_time("end_date")
         if start is not None and end is not None and end < start:
             raise errors.invalid_request("`end_date` is before `start_date`.", param="end_date")
         rows, total = await storage.ledger.list(

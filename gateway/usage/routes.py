@@ -10,13 +10,11 @@ last 30 days up to the end of the current hour; at most 366 days, and 31 grouped
 
 from __future__ import annotations
 
-from datetime import date, datetime
-
 from gateway.web import Operation, Request, Response, Routes, json_response
 from protocol import errors
 from protocol.money import micros_to_usd
 from protocol.scopes import BILLING_READ
-from protocol.timefmt import from_datetime, now_us, to_iso
+from protocol.timefmt import now_us, to_iso
 from protocol.usage_api import UsageGroup, UsageReport
 from storage.usage import DAY_US, GROUP_FIELDS, HOUR_US, UsageRepository, UsageRow
 
@@ -64,7 +62,7 @@ def routes(usage: UsageRepository) -> Routes:
         principal = request.principal
         assert principal is not None
         start, end = usage_range(
-            query_time(request, "start_date"), query_time(request, "end_date"), now_us()
+            request.query_time("start_date"), request.query_time("end_date"), now_us()
         )
         group_by = parse_group_by(request.query.get("group_by"))
         if "hour" in group_by and end - start > MAX_HOURLY_DAYS * DAY_US:
@@ -84,22 +82,6 @@ def routes(usage: UsageRepository) -> Routes:
         )
 
     return r
-
-
-def query_time(request: Request, name: str) -> int | None:
-    """An ISO 8601 date (`2026-11-01`, midnight UTC) or date-time (naive = UTC), µs."""
-    raw = request.query.get(name)
-    if not raw:
-        return None
-    try:
-        if "T" in raw or " " in raw:
-            return from_datetime(datetime.fromisoformat(raw.replace("Z", "+00:00")))
-        day = date.fromisoformat(raw)
-        return from_datetime(datetime(day.year, day.month, day.day))
-    except ValueError:
-        raise errors.invalid_request(
-            f"`{name}` must be an ISO 8601 date or date-time, e.g. 2026-11-01.", param=name
-        ) from None
 
 
 def usage_range(start: int | None, end: int | None, now: int) -> tuple[int, int]:

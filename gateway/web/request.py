@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import date, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar
 
@@ -23,6 +24,7 @@ from gateway.web.query import parse_query
 from gateway.web.responses import Headers
 from protocol.decoding import decode_json
 from protocol.errors import APIError, invalid_request
+from protocol.timefmt import from_datetime
 from services.principal import Principal
 
 if TYPE_CHECKING:
@@ -129,6 +131,21 @@ class Request:
         if not minimum <= value <= maximum:
             raise invalid_request(f"`{name}` must be between {minimum} and {maximum}.", param=name)
         return value
+
+    def query_time(self, name: str) -> int | None:
+        """An ISO 8601 date (`2026-11-01`, midnight UTC) or date-time (naive = UTC), in µs."""
+        raw = self.query.get(name)
+        if not raw:
+            return None
+        try:
+            if "T" in raw or " " in raw:
+                return from_datetime(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+            day = date.fromisoformat(raw)
+            return from_datetime(datetime(day.year, day.month, day.day))
+        except ValueError:
+            raise invalid_request(
+                f"`{name}` must be an ISO 8601 date or date-time, e.g. 2026-11-01.", param=name
+            ) from None
 
     def query_bool(self, name: str) -> bool | None:
         raw = self.query.get(name)
