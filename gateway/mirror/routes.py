@@ -5,33 +5,13 @@ read from the database, so every instance answers the same."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
-
 from gateway.web import Auth, Operation, Request, Response, Routes, json_response
-from protocol.errors import invalid_request
 from protocol.mirror_api import MirrorComparison
-from protocol.timefmt import from_datetime, to_iso
+from protocol.timefmt import to_iso
 from services.mirror import compare
 from storage.mirror_results import MirrorResultRepository
 
 MIRRORS_PATH = "/v1/admin/mirrors"
-
-
-def _since(request: Request) -> int | None:
-    """`since`: an ISO 8601 date (midnight UTC) or date-time (naive = UTC)."""
-    raw = request.query.get("since")
-    if not raw:
-        return None
-    try:
-        if "T" in raw or " " in raw:
-            return from_datetime(datetime.fromisoformat(raw.replace("Z", "+00:00")))
-        day = date.fromisoformat(raw)
-        return from_datetime(datetime(day.year, day.month, day.day))
-    except ValueError:
-        raise invalid_request(
-            "`since` must be an ISO 8601 date or date-time, e.g. 2026-11-01T12:00:00Z.",
-            param="since",
-        ) from None
 
 
 def routes(repo: MirrorResultRepository) -> Routes:
@@ -50,7 +30,7 @@ def routes(repo: MirrorResultRepository) -> Routes:
         )
     )
     async def mirrors(request: Request) -> Response:
-        since = _since(request)
+        since = request.query_time("since")
         rows = await repo.figures(since_us=since)
         return json_response(MirrorComparison(since=to_iso(since), pairs=compare(rows)))
 
