@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from gateway import audio
 from gateway.auth.operator import OperatorKeys
 from gateway.config import ServerConfig
+from gateway.console.app import Console, with_console
 from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.inference.completion_events import CompletionEvents
 from gateway.operations.area import open_operations
@@ -42,11 +43,12 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         return app.router.operations
 
     areas = [*runtime.areas, open_operations(runtime, all_operations, worker)]
+    operator = OperatorKeys(runtime.config.operator_keys)
     app = WebApp(
         (route for routes in [*(area.routes for area in areas), *extra] for route in routes),
         runtime.auth,
         body_limits(server),
-        OperatorKeys(runtime.config.operator_keys),
+        operator,
         limiter=runtime.limiter,
     )
     completions = CompletionEvents(
@@ -55,6 +57,10 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         runtime.config.webhooks.completion_success_sample_rate,
         accountant=runtime.accountant,
     )
+    console = Console(runtime, operator, worker)  # /console: its pages, not the JSON API
     return RequestMiddleware(
-        app, runtime.metrics, log_requests=server.access_log, on_finish=(completions.finished,)
+        with_console(app, console),
+        runtime.metrics,
+        log_requests=server.access_log,
+        on_finish=(completions.finished,),
     )

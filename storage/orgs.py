@@ -206,6 +206,13 @@ class OrgRepository:
             await bump_credentials_epoch(tx)
         return Revoke.REVOKED
 
+    async def list_all(self, limit: int = 1000) -> list[Org]:
+        """Organizations by name, at most `limit` (the operator console's selector)."""
+        rows = await self._db.fetch(
+            "SELECT * FROM orgs ORDER BY name, id LIMIT :limit", {"limit": limit}
+        )
+        return [_org(r) for r in rows]
+
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM orgs"))
 
