@@ -131,7 +131,7 @@ class Console:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.env.filters["usd"] = lambda v: f"${float(v):,.4f}"
+        self.env.filters["usd"] = _usd
         self.env.filters["iso"] = lambda v: to_iso(v) or "—"
         self.env.filters["seconds"] = lambda v: "—" if v is None else f"{v * 1000:.1f} ms"
         self.static = {
@@ -261,6 +261,13 @@ class Console:
         if page.session.operator:
             return f"{PREFIX}{path}?{urlencode({'org': org.id})}"
         return PREFIX + path
+
+
+def _usd(value: float) -> str:
+    """Cents for amounts from a dollar (and zero), micro-dollars below: a request costs
+    fractions of a cent."""
+    amount = float(value)
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.6f}"
 
 
 async def _html(send: Send, body: bytes, status: int = 200) -> None:

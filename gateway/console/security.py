@@ -3,10 +3,10 @@ session cookie's attributes, the CSRF check of every state-changing POST, and th
 form bodies (bounded, UTF-8, never a 5xx for a malformed one).
 
 CSRF: a POST must carry the session's token in the `csrf` field (compared in constant time)
-and, when the browser sends them, an `Origin` naming this host and `Sec-Fetch-Site:
-same-origin`. The SameSite=Strict cookie already keeps other sites' requests unauthenticated;
-the token and the origin check are the two further locks. Sign-in has no session yet: it is
-guarded by the origin check alone.
+and, when the browser sends them, `Sec-Fetch-Site: same-origin` (or, from a browser too old
+to send it, an `Origin` naming this host). The SameSite=Strict cookie already keeps other
+sites' requests unauthenticated; the token and the origin check are two further locks.
+Sign-in has no session yet: it is guarded by the origin check alone.
 """
 
 from __future__ import annotations
@@ -54,12 +54,17 @@ def cookie_value(cookie_header: str | None) -> str | None:
 
 
 def same_origin(origin: str | None, fetch_site: str | None, host: str | None) -> bool:
-    """False when the browser says the request came from elsewhere. Origin is compared with
-    the Host header by host and port (a proxy terminating TLS changes the scheme it sees)."""
-    if fetch_site is not None and fetch_site.strip().lower() != "same-origin":
-        return False
+    """False when the browser says the request came from elsewhere.
+
+    `Sec-Fetch-Site` (set by the browser, never by a page's script) decides when present: only
+    `same-origin` passes. Under `Referrer-Policy: no-referrer` Chromium sends `Origin: null`
+    with a same-origin form, so Origin is only judged without Sec-Fetch-Site (an older
+    browser): it must then name this host and port (a proxy terminating TLS changes the scheme
+    it sees, not the host). Neither header (not a browser): the token alone decides."""
+    if fetch_site is not None:
+        return fetch_site.strip().lower() == "same-origin"
     if origin is None:
-        return True  # not a browser, or an old one: the token alone decides
+        return True
     if origin.strip() == "null" or not host:
         return False
     try:

@@ -34,9 +34,7 @@ class Signed:
         data = dict(form or {})
         if csrf:
             data.setdefault("csrf", self.csrf)
-        return await self.gateway.client.post(
-            path, data=data, headers={**self.headers, **headers}
-        )
+        return await self.gateway.client.post(path, data=data, headers={**self.headers, **headers})
 
 
 async def sign_in(gw: Gateway, key: str) -> Signed:
