@@ -319,7 +319,7 @@ async def test_usage_csv_cells_never_start_a_formula(gateway: Gateway) -> None:
 
 
 def test_csv_cells_are_defused() -> None:
-    from gateway.console.app import _cell
+    from gateway.console.usage import _cell
 
     assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert _cell("+1") == "'+1" and _cell("@x") == "'@x" and _cell("-2") == "'-2"

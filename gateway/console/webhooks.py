@@ -1,0 +1,111 @@
+"""The webhooks pages: subscriptions, a subscription's delivery log, and its actions (test
+event, secret rotation, redelivery)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from actors.webhooks.secrets import secret_context
+from gateway.console.http import Page, PageError, redirect
+from gateway.console.routing import PREFIX, html, need_org, route
+from gateway.server.asgi import Send
+from gateway.webhooks.area import WebhooksArea
+from protocol.secretbox import WEBHOOK_SECRETS
+from protocol.timefmt import now_us
+from protocol.webhook_samples import sample_data
+from protocol.webhooks import EVENT_TYPES, generate_secret, secret_hint
+from storage.orgs import Org
+
+if TYPE_CHECKING:
+    from gateway.console.app import Console
+
+
+@route("GET", PREFIX + "/webhooks")
+async def webhooks(console: Console, page: Page, send: Send) -> None:
+    org = await console.org_of(page)
+    values = await console.common(page, "webhooks", org)
+    values["webhooks"] = (
+        (await console.runtime.storage.webhooks.list_for_org(org.id, limit=100, after=None)).items
+        if org
+        else []
+    )
+    await html(send, console.render("webhooks.html", **values))
+
+
+async def _webhook(console: Console, org: Org, webhook_id: str) -> Any:
+    record = await console.runtime.storage.webhooks.get(org.id, webhook_id)
+    if record is None:
+        raise PageError(404, "There is no such webhook.")
+    return record
+
+
+@route("GET", PREFIX + "/webhooks/{webhook_id}")
+async def webhook(console: Console, page: Page, send: Send) -> None:
+    org = await need_org(console, page)
+    record = await _webhook(console, org, page.params["webhook_id"])
+    values = await console.common(page, "webhooks", org)
+    deliveries = await console.runtime.storage.webhooks.deliveries(
+        org.id, record.id, limit=50, after=None
+    )
+    values.update(webhook=record, deliveries=deliveries.items, event_types=EVENT_TYPES)
+    await html(send, console.render("webhook.html", **values))
+
+
+def _wake(console: Console, webhook_id: str) -> None:
+    console.runtime.area(WebhooksArea).dispatcher.wake(webhook_id)
+
+
+@route("POST", PREFIX + "/webhooks/{webhook_id}/{action}")
+async def webhook_action(console: Console, page: Page, send: Send) -> None:
+    form = await page.form()
+    org = await need_org(console, page, form)
+    record = await _webhook(console, org, page.params["webhook_id"])
+    action = page.params["action"]
+    repo = console.runtime.storage.webhooks
+    assert page.session is not None
+    if action == "test":
+        event_type = form.get("type", "")
+        if event_type not in EVENT_TYPES:
+            raise PageError(400, "Choose an event type.")
+        if not record.enabled:
+            raise PageError(409, "The webhook is disabled.")
+        await repo.append_test_event(org.id, record.id, event_type, sample_data(event_type))
+        page.session.flash.append(("info", f"Test event {event_type} queued."))
+    elif action == "rotate":
+        secret = generate_secret()
+        now = now_us()
+        box = console.runtime.box(WEBHOOK_SECRETS)
+        overlap = console.runtime.config.webhooks.secret_rotation_overlap_s
+        rotated = await repo.rotate_secret(
+            org.id,
+            record.id,
+            now,
+            secret_sealed=box.seal(secret, secret_context(org.id, record.id)),
+            secret_hint=secret_hint(secret),
+            previous_secret_sealed=record.secret_sealed,
+            previous_expires_at=now + int(overlap * 1_000_000),
+        )
+        if rotated is None:
+            raise PageError(404, "There is no such webhook.")
+        page.session.flash.append(("secret", f"{record.url}\0{secret}"))
+    else:
+        raise PageError(404, "There is no such action.")
+    _wake(console, record.id)
+    await redirect(send, console.back(f"/webhooks/{record.id}", org, page))
+
+
+@route("POST", PREFIX + "/webhooks/{webhook_id}/deliveries/{event_id}/redeliver")
+async def redeliver(console: Console, page: Page, send: Send) -> None:
+    form = await page.form()
+    org = await need_org(console, page, form)
+    record = await _webhook(console, org, page.params["webhook_id"])
+    if not record.enabled:
+        raise PageError(409, "The webhook is disabled.")
+    event_id = page.params["event_id"]
+    found = await console.runtime.storage.webhooks.redeliver(org.id, record.id, event_id, now_us())
+    if found is None:
+        raise PageError(404, "There is no such event for this webhook.")
+    _wake(console, record.id)
+    assert page.session is not None
+    page.session.flash.append(("info", f"Event {event_id} queued again."))
+    await redirect(send, console.back(f"/webhooks/{record.id}", org, page))
