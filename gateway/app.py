@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from gateway import audio
 from gateway.auth.operator import OperatorKeys
 from gateway.config import ServerConfig
-from gateway.console.app import Console, with_console
+from gateway.console.app import Console, WithConsole
 from gateway.files.form import FORM_OVERHEAD_BYTES
 from gateway.inference.completion_events import CompletionEvents
 from gateway.operations.area import open_operations
@@ -59,7 +59,7 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
     )
     console = Console(runtime, operator, worker)  # /console: its pages, not the JSON API
     return RequestMiddleware(
-        with_console(app, console),
+        WithConsole(app, console),
         runtime.metrics,
         log_requests=server.access_log,
         on_finish=(completions.finished,),

@@ -1,4 +1,5 @@
-"""The console's ASGI app and the dispatcher that puts it in front of the API at `/console`.
+"""The console's ASGI app and the dispatcher that puts it in front of the API at `/console`
+(`WithConsole`).
 
 Every page is server-rendered with Jinja2 (autoescaped) from the same storage, actors and
 metrics the JSON routes use, in this process (no HTTP to itself). The console is not part of
@@ -43,17 +44,19 @@ _STATIC_TYPES = {".css": b"text/css; charset=utf-8", ".js": b"text/javascript; c
 _log = logging.getLogger("gateway.console")
 
 
-def with_console(app: ASGIApp, console: Console) -> ASGIApp:
-    """`app` with `/console` and everything under it answered by `console`."""
+class WithConsole:
+    """`app` with `/console` and everything under it answered by `console` instead."""
 
-    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, app: ASGIApp, console: Console) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and (path == PREFIX or path.startswith(PREFIX + "/")):
-            await console(scope, receive, send)
+            await self.console(scope, receive, send)
         else:
-            await app(scope, receive, send)
-
-    return dispatch
+            await self.app(scope, receive, send)
 
 
 class Console:

@@ -12,6 +12,7 @@ import trio.lowlevel
 
 from actors.supervisor import RestartPolicy
 from gateway.app import create_app
+from gateway.console.app import WithConsole
 from gateway.web import WebApp
 from gateway.web.middleware import RequestMiddleware
 from tests.gateway.keys_client import create_key
@@ -186,8 +187,9 @@ async def test_openapi_documents_every_route_the_app_serves(gateway: Gateway) ->
     """Built from the app's own router: a route added later is checked without editing here."""
     doc = (await gateway.client.get("/openapi.json")).json()
     app = create_app(gateway.runtime)
-    assert isinstance(app, RequestMiddleware) and isinstance(app.app, WebApp)
-    operations = app.app.router.operations
+    assert isinstance(app, RequestMiddleware) and isinstance(app.app, WithConsole)
+    assert isinstance(app.app.app, WebApp)
+    operations = app.app.app.router.operations
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == {(op.path, op.method.lower()) for op in operations}
     for op in operations:

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from gateway.app import create_app
+from gateway.console.app import WithConsole
 from gateway.web import Auth, WebApp
 from gateway.web.middleware import RequestMiddleware
 from tests.gateway.keys_client import create_key
@@ -102,8 +103,9 @@ async def test_without_an_operator_key_the_operator_routes_are_disabled(
 async def test_every_admin_route_needs_the_operator_key(gateway: Gateway) -> None:
     """Built from the app's own router, so an admin route added later is held to it."""
     app = create_app(gateway.runtime)
-    assert isinstance(app, RequestMiddleware) and isinstance(app.app, WebApp)
-    admin = [op for op in app.app.router.operations if op.path.startswith("/v1/admin/")]
+    assert isinstance(app, RequestMiddleware) and isinstance(app.app, WithConsole)
+    assert isinstance(app.app.app, WebApp)
+    admin = [op for op in app.app.app.router.operations if op.path.startswith("/v1/admin/")]
     assert admin
     for op in admin:
         assert op.auth is Auth.OPERATOR, f"{op.method} {op.path}"
