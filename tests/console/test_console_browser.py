@@ -60,6 +60,20 @@ LOOPBACK_HOOKS = """
 allow_http = true
 allowed_private_networks = ["127.0.0.0/8"]
 poll_interval_s = 0.1
+
+[[models]]
+id = "ha"
+strategy = "weighted"
+input_usd_per_mtok = 1
+output_usd_per_mtok = 2
+
+[[models.deployments]]
+provider = "sim"
+upstream = "sim-a"
+
+[[models.deployments]]
+provider = "sim"
+upstream = "sim-b"
 """
 
 
@@ -208,6 +222,8 @@ def _operator_journey(browser: Any, expect: Any, gw: Gateway, url: str, other: s
     expect(restarts).to_have_text(re.compile(r"^\d+$"))
     assert int(restarts.inner_text()) >= 3
     expect(page.locator("tr[data-actor=crashy]")).to_contain_text("crash on purpose")
+    expect(page.locator("#deployments")).to_contain_text("ha (weighted)")
+    expect(page.locator("#deployments")).to_contain_text("sim/sim-b")
     _shot(page, "supervision")
     page.get_by_role("link", name="Keys").click()
     page.get_by_label("Organization").select_option(other)

@@ -13,6 +13,7 @@ from protocol.credentials import CredentialKind
 from tests.console.session import sign_in
 from tests.gateway.keys_client import create_key
 from tests.harness import OPERATOR_KEY, Gateway, gateway_config, running_gateway
+from tests.waiting import wait_until_async
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -324,3 +325,53 @@ def test_csv_cells_are_defused() -> None:
     assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
     assert _cell("+1") == "'+1" and _cell("@x") == "'@x" and _cell("-2") == "'-2"
     assert _cell("small") == "small" and _cell(None) == ""
+
+
+async def test_webhook_test_event_rotation_and_redelivery(hooks_gateway: Gateway) -> None:
+    gateway = hooks_gateway
+    hook = await gateway.client.post(
+        "/v1/webhooks",
+        json={"url": "http://127.0.0.1:9/ours", "events": ["key.created"]},
+        headers=gateway.auth(),
+    )
+    assert hook.status_code == 200, hook.text
+    webhook_id, old_hint = hook.json()["id"], hook.json()["secret_hint"]
+    signed = await sign_in(gateway, gateway.management_key)
+    base = f"/console/webhooks/{webhook_id}"
+    assert "127.0.0.1:9/ours" in (await signed.get("/console/webhooks")).text
+    r = await signed.post(base + "/test", {"type": "no.such.event"})
+    assert r.status_code == 400
+    r = await signed.post(base + "/test", {"type": "key.created"})
+    assert r.status_code == 303 and r.headers["location"] == base
+    assert "Test event key.created queued." in (await signed.get(base)).text
+    events: list[str] = []
+
+    async def delivery_listed() -> bool:  # the dispatcher makes the delivery row
+        events[:] = re.findall(r'data-event="([^"]+)"', (await signed.get(base)).text)
+        return len(events) == 1
+
+    await wait_until_async(delivery_listed)
+    r = await signed.post(f"{base}/deliveries/{events[0]}/redeliver")
+    assert r.status_code == 303
+    assert "queued again" in (await signed.get(base)).text
+    r = await signed.post(f"{base}/deliveries/evt_missing/redeliver")
+    assert r.status_code == 404
+    r = await signed.post(base + "/rotate")
+    assert r.status_code == 303
+    shown = await signed.get(base)
+    secret = re.findall(
+        r'id="new-secret" class="secret-value" readonly value="([^"]+)"', shown.text
+    )
+    assert len(secret) == 1
+    assert secret[0] not in (await signed.get(base)).text
+    got = await gateway.client.get(f"/v1/webhooks/{webhook_id}", headers=gateway.auth())
+    assert got.json()["secret_hint"] != old_hint
+
+
+async def test_names_are_escaped(gateway: Gateway) -> None:
+    hostile = '<img src=x onerror="alert(1)">'
+    await create_key(gateway, name=hostile)
+    signed = await sign_in(gateway, gateway.management_key)
+    page = await signed.get("/console/keys")
+    assert hostile not in page.text
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in page.text
