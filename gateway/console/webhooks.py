@@ -1,5 +1,5 @@
 """The webhooks pages: subscriptions, a subscription's delivery log, and its actions (test
-event, secret rotation, redelivery)."""
+event, enable or disable, secret rotation, redelivery)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,11 @@ async def webhook_action(console: Console, page: Page, send: Send) -> None:
             raise PageError(409, "The webhook is disabled.")
         await repo.append_test_event(org.id, record.id, event_type, sample_data(event_type))
         page.session.flash.append(("info", f"Test event {event_type} queued."))
+    elif action in ("enable", "disable"):
+        changed = await repo.update(org.id, record.id, now_us(), enabled=action == "enable")
+        if changed is None:
+            raise PageError(404, "There is no such webhook.")
+        page.session.flash.append(("info", f"Webhook {action}d."))
     elif action == "rotate":
         secret = generate_secret()
         now = now_us()

@@ -125,6 +125,8 @@ def _org_journey(browser: Any, expect: Any, gw: Gateway, receiver: Receiver, oth
     # A wrong key: the form again, with the reason, and no session.
     page.goto(f"{url}/console")
     expect(page).to_have_url(f"{url}/console/sign-in")
+    page.keyboard.press("Tab")  # the keyboard reaches the skip link first
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     page.get_by_label("Management or operator key").fill("service_mgmt_not-a-real-key")
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("alert")).to_contain_text("was not accepted")

@@ -366,6 +366,14 @@ async def test_webhook_test_event_rotation_and_redelivery(hooks_gateway: Gateway
     assert secret[0] not in (await signed.get(base)).text
     got = await gateway.client.get(f"/v1/webhooks/{webhook_id}", headers=gateway.auth())
     assert got.json()["secret_hint"] != old_hint
+    assert (await signed.post(base + "/disable")).status_code == 303
+    assert 'id="webhook-state">disabled (manual)' in (await signed.get(base)).text
+    refused = await signed.post(base + "/test", {"type": "key.created"})
+    assert refused.status_code == 409
+    assert (await signed.post(f"{base}/deliveries/{events[0]}/redeliver")).status_code == 409
+    assert (await signed.post(base + "/enable")).status_code == 303
+    got = await gateway.client.get(f"/v1/webhooks/{webhook_id}", headers=gateway.auth())
+    assert got.json()["enabled"] is True
 
 
 async def test_names_are_escaped(gateway: Gateway) -> None:
