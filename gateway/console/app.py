@@ -124,10 +124,10 @@ class Console:
         except ClientDisconnected:
             return
         except PageError as exc:
-            await self._error(send, exc.status, exc.message, scope)
+            await self._error(send, exc.status, exc.message)
         except Exception:
             _log.exception("console page %s failed", path)
-            await self._error(send, 500, "Something went wrong; see the gateway's log.", scope)
+            await self._error(send, 500, "Something went wrong; see the gateway's log.")
 
     # -- sessions and CSRF ----------------------------------------------------------------
 
@@ -159,16 +159,22 @@ class Console:
     def render(self, name: str, **values: Any) -> bytes:
         return self.env.get_template(name).render(**values).encode()
 
-    async def _error(self, send: Send, status: int, message: str, scope: Scope) -> None:
+    async def _error(self, send: Send, status: int, message: str) -> None:
         body = self.render("error.html", status=status, message=message, session=None, nav="")
         await send_page(send, status, body)
 
-    async def common(self, page: Page, nav: str, org: Org | None) -> dict[str, Any]:
+    async def common(
+        self, page: Page, nav: str, org: Org | None, *, take_flash: bool = True
+    ) -> dict[str, Any]:
+        """What every page's template needs; `take_flash`: show (and so drop) the messages
+        of the last action (not for the live fragment, which may race the page)."""
         session = page.session
         assert session is not None
         orgs = await self.runtime.storage.orgs.list_all() if session.operator else []
         query = f"?{urlencode({'org': org.id})}" if session.operator and org else ""
-        flash, session.flash = session.flash, []
+        flash: list[tuple[str, str]] = []
+        if take_flash:
+            flash, session.flash = session.flash, []
         return {
             "session": session,
             "nav": nav,

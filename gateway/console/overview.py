@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from gateway.console.app import Console
 
 
-async def _overview_values(console: Console, page: Page) -> dict[str, Any]:
+async def _overview_values(console: Console, page: Page, *, live: bool) -> dict[str, Any]:
     org = await console.org_of(page)
-    values = await console.common(page, "overview", org)
+    values = await console.common(page, "overview", org, take_flash=not live)
     values["figures"] = await data.overview(console.runtime.storage, org.id) if org else None
     assert page.session is not None
     values["instance"] = (
@@ -33,12 +33,14 @@ async def _overview_values(console: Console, page: Page) -> dict[str, Any]:
 
 @route("GET", PREFIX + "/overview")
 async def overview(console: Console, page: Page, send: Send) -> None:
-    await html(send, console.render("overview.html", **await _overview_values(console, page)))
+    await html(
+        send, console.render("overview.html", **await _overview_values(console, page, live=False))
+    )
 
 
 @route("GET", PREFIX + "/overview/live")
 async def overview_live(console: Console, page: Page, send: Send) -> None:
-    values = await _overview_values(console, page)
+    values = await _overview_values(console, page, live=True)
     await html(send, console.render("overview_live.html", **values))
 
 
