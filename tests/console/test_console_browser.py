@@ -161,11 +161,15 @@ def _org_journey(browser: Any, expect: Any, gw: Gateway, receiver: Receiver, oth
     expect(page.locator("#top-keys")).not_to_contain_text("browser-key")
     chat = httpx.post(
         f"{url}/v1/chat/completions",
-        json={"model": "small", "messages": [{"role": "user", "content": "hello"}]},
+        json={
+            "model": "small",
+            "stream": True,  # a stream: the operator's overview then has a time to first byte
+            "messages": [{"role": "user", "content": "hello"}],
+        },
         headers={"Authorization": f"Bearer {secret}"},
         timeout=30,
     )
-    assert chat.status_code == 200, chat.text
+    assert chat.status_code == 200 and chat.text.endswith("data: [DONE]\n\n"), chat.text
     trio.from_thread.run(gw.runtime.accountant.flush)
     expect(page.locator("#top-keys")).to_contain_text("browser-key")
     expect(page.locator("[data-figure=requests-1]")).to_have_text("1")
@@ -218,6 +222,8 @@ def _operator_journey(browser: Any, expect: Any, gw: Gateway, url: str, other: s
     page = context.new_page()
     _sign_in(page, url, OPERATOR_KEY)
     expect(page.locator("#instance")).to_contain_text("Status 2xx")
+    ttfb = page.locator("#instance tr").filter(has_text="Time to first byte p50")
+    expect(ttfb.locator("td")).to_have_text(re.compile(r"^[0-9.]+ ms$"))
     _shot(page, "operator-overview")
     page.get_by_role("link", name="Supervision").click()
     restarts = page.locator("tr[data-actor=crashy] .restarts")
