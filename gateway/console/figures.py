@@ -26,12 +26,13 @@ class InstanceFigures:
     latency_p99_s: float | None = None
     ttfb_p50_s: float | None = None
     ttfb_p99_s: float | None = None
-    gauges: list[tuple[str, str, float]] = field(default_factory=list)  # cache, guardrails
+    # Cache, guardrail and plugin figures: (sample name, labels, value), gauges and counters.
+    gauges: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def instance_figures(text: str, gauge_prefixes: tuple[str, ...] = ()) -> InstanceFigures:
-    """Figures of the API routes (`/v1/...`, the admin ones excepted) from `text`; gauges
-    whose family name starts with one of `gauge_prefixes` are listed as they are."""
+    """Figures of the API routes (`/v1/...`, the admin ones excepted) from `text`; gauges and
+    counters whose family name starts with one of `gauge_prefixes` are listed as they are."""
     out = InstanceFigures()
     status: dict[str, int] = defaultdict(int)
     buckets: dict[str, dict[float, float]] = {
@@ -48,8 +49,12 @@ def instance_figures(text: str, gauge_prefixes: tuple[str, ...] = ()) -> Instanc
             for sample in family.samples:
                 if sample.name.endswith("_bucket") and _api(sample.labels.get("route", "")):
                     merged[float(sample.labels["le"])] += sample.value
-        elif family.type == "gauge" and family.name.startswith(gauge_prefixes or ("\0",)):
+        elif family.type in ("gauge", "counter") and family.name.startswith(
+            gauge_prefixes or ("\0",)
+        ):
             for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
                 shown = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
                 out.gauges.append((sample.name, shown, float(sample.value)))
     out.by_status = dict(sorted(status.items()))

@@ -69,7 +69,7 @@ async def supervision(console: Console, page: Page, send: Send) -> None:
         upstreams=runtime.upstreams.statistics(),
         deployments=deployment_statistics(runtime.registry),
         gauges=instance_figures(
-            runtime.metrics.render(), ("gateway_cache", "gateway_guardrail")
+            runtime.metrics.render(), ("gateway_cache", "gateway_guardrail", "gateway_plugin")
         ).gauges,
     )
     await html(send, console.render("supervision.html", **values))

@@ -79,13 +79,22 @@ def test_instance_figures_count_api_routes_only() -> None:
             "# HELP gateway_cache_entries x",
             "# TYPE gateway_cache_entries gauge",
             "gateway_cache_entries 4",
+            "# HELP gateway_cache_requests_total x",
+            "# TYPE gateway_cache_requests_total counter",
+            'gateway_cache_requests_total{outcome="hit"} 2',
+            "# HELP gateway_other x",
+            "# TYPE gateway_other gauge",
+            "gateway_other 1",
             "",
         ]
     )
     figures = instance_figures(text, ("gateway_cache",))
     assert figures.by_status == {"2xx": 3, "5xx": 1} and figures.requests == 4
     assert figures.latency_p50_s is None
-    assert figures.gauges == [("gateway_cache_entries", "", 4.0)]
+    assert figures.gauges == [
+        ("gateway_cache_entries", "", 4.0),
+        ("gateway_cache_requests_total", "outcome=hit", 2.0),
+    ]
 
 
 @pytest.mark.parametrize(
