@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gateway.console.app import Console
 
 
+@route("GET", PREFIX + "/", signed_in=False)
 @route("GET", PREFIX, signed_in=False)
 async def root(console: Console, page: Page, send: Send) -> None:
     await redirect(send, PREFIX + "/overview")

@@ -85,7 +85,7 @@ async def test_a_rejected_key_shows_the_form_again_without_the_key(gateway: Gate
 
 
 async def test_without_a_session_pages_redirect_and_changes_are_refused(gateway: Gateway) -> None:
-    for path in (*PAGES, "/console/supervision", "/console", "/console/usage.csv"):
+    for path in (*PAGES, "/console/supervision", "/console", "/console/", "/console/usage.csv"):
         r = await gateway.client.get(path)
         assert r.status_code == 303, path
         assert r.headers["location"] in ("/console/sign-in", "/console/overview")
