@@ -82,6 +82,7 @@ class ActorSnapshot:
     inbox_capacity: int | None = None
     messages_handled: int = 0
     handling_p99_s: float | None = None
+    backoff_s: float | None = None  # while in "backoff": the wait before the next restart
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -94,6 +95,7 @@ class ActorSnapshot:
             "inbox_capacity": self.inbox_capacity,
             "messages_handled": self.messages_handled,
             "handling_p99_s": self.handling_p99_s,
+            "backoff_s": self.backoff_s,
             "last_error": self.last_error,
             "statistics": dict(self.statistics),
             "children": [child.to_json() for child in self.children],
@@ -113,6 +115,7 @@ class Child:
     state: State = "starting"
     restarts: int = 0
     last_error: str | None = None
+    backoff_s: float | None = None  # the wait before the next restart, while in "backoff"
     started_once: bool = False
     # Created up front so stop() can cancel a child whose task has not begun running yet.
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -329,6 +332,7 @@ class Supervisor(Actor):
             inbox_capacity=actor.inbox_capacity(),
             messages_handled=handled,
             handling_p99_s=p99,
+            backoff_s=child.backoff_s if child.state == "backoff" else None,
         )
 
     async def _supervise(
@@ -399,6 +403,7 @@ class Supervisor(Actor):
             kind = child.actor.kind
             self.restart_counts[kind] = self.restart_counts.get(kind, 0) + 1
             child.state = "backoff"
+            child.backoff_s = backoff
             msg = "actor %s crashed (%s); restart %d in %.3gs"
             _log.warning(msg, child.name, error, child.restarts, backoff)
             await trio.sleep(backoff)

@@ -467,6 +467,7 @@ async def test_nested_supervisor_appears_in_snapshot_tree(
                 "inbox_capacity": None,
                 "messages_handled": 0,
                 "handling_p99_s": None,
+                "backoff_s": None,
                 "last_error": None,
                 "statistics": {"children": 1, "failed": 0, "restarts": 1},
                 "children": [
@@ -480,6 +481,7 @@ async def test_nested_supervisor_appears_in_snapshot_tree(
                         "inbox_capacity": None,
                         "messages_handled": 0,
                         "handling_p99_s": None,
+                        "backoff_s": None,
                         "last_error": "ValueError: boom 1",
                         "statistics": {"runs": 2},
                         "children": [],
@@ -499,9 +501,11 @@ async def test_all_running_is_false_while_a_child_backs_off(
         assert root.all_running()
         await trio.sleep(0.55)
         assert only_child(root).state == "backoff"
+        assert only_child(root).backoff_s == 0.1  # the wait shown while it runs
         assert not root.all_running()
         await trio.sleep(0.1)
         assert root.all_running()
+        assert only_child(root).backoff_s is None
 
 
 def test_repr_shows_kind_name_and_inbox() -> None:
