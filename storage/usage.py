@@ -271,16 +271,13 @@ def _days_and_hours_sql(dialect: str, fields: tuple[str, ...]) -> str:
     range outside it, summed per group."""
     text = "".join(f"{f}, " for f in _TEXT)
     counters = ", ".join(_COUNTERS)
-    return (
-        (
-            f"SELECT {_select(fields, _SUMS)} FROM ("
-            f"SELECT {text}day, {counters} FROM usage_daily"
-            " WHERE org_id = :org_id AND day >= :first_day AND day < :last_day"
-            f" UNION ALL SELECT {text}{_HOUR_DAY} AS day, {counters} FROM usage_hourly"
-            " WHERE org_id = :org_id AND hour >= :start AND hour < :first_day"
-            f" UNION ALL SELECT {text}{_HOUR_DAY} AS day, {counters} FROM usage_hourly"  # not an OR:
-            " WHERE org_id = :org_id AND hour >= :last_day AND hour < :end) AS u"  # two range reads
-        )
-        + _grouped_and_ordered(dialect, fields, grouped=True)
-        + " LIMIT :limit"
+    hours = f" UNION ALL SELECT {text}{_HOUR_DAY} AS day, {counters} FROM usage_hourly"
+    parts = (
+        f"SELECT {text}day, {counters} FROM usage_daily"
+        " WHERE org_id = :org_id AND day >= :first_day AND day < :last_day"
+        f"{hours} WHERE org_id = :org_id AND hour >= :start AND hour < :first_day"
+        # the two ends as two range reads, not an OR (SQLite would walk all of the org's hours)
+        f"{hours} WHERE org_id = :org_id AND hour >= :last_day AND hour < :end"
     )
+    ordered = _grouped_and_ordered(dialect, fields, grouped=True)
+    return f"SELECT {_select(fields, _SUMS)} FROM ({parts}) AS u{ordered} LIMIT :limit"
