@@ -4,7 +4,7 @@
 
 Fills `usage_hourly` and `usage_daily` with one organization's year (8,760 hours × keys ×
 models rows, each model with its provider; another organization beside it, as much again, so
-the org's range is read through the index) and times `UsageRepository.grouped` for each
+the org's range is read through the index) and times `UsageRepository.table` for each
 grouping: over a year that is not day-aligned (whole days from the daily table, the hours at
 each end from the hourly one) or, grouped by hour, over the last 31 days (the most the API
 takes). On SQLite (a temporary file) and, with `--postgres`, on PostgreSQL (a schema of its
@@ -100,7 +100,7 @@ async def _time(db: Database, runs: int) -> list[tuple[str, float, float, float,
         start = end - 31 * DAY_US if "hour" in grouping else START + 13 * HOUR_US
         for _ in range(runs):
             began = time.perf_counter()
-            table = await repo.grouped("org_a", start, end, grouping)
+            table = await repo.table("org_a", start, end, grouping)
             queried.append((time.perf_counter() - began) * 1000)
             msgspec.json.encode(usage_answer(table, start, end))
             took.append((time.perf_counter() - began) * 1000)

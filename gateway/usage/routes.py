@@ -77,7 +77,7 @@ def routes(usage: UsageRepository) -> Routes:
                 " by day.",
                 param="group_by",
             )
-        table = await usage.grouped(principal.org_id, start, end, group_by, limit=MAX_ROWS + 1)
+        table = await usage.table(principal.org_id, start, end, group_by, limit=MAX_ROWS + 1)
         if len(table.rows) > MAX_ROWS:
             raise errors.invalid_request(
                 f"The answer would have over {MAX_ROWS:,} groups: narrow the range"

@@ -59,10 +59,8 @@ async def training_usage(storage: Storage, org_id: str) -> list[tuple[object, ..
         org_id, T0 - T0 % HOUR_US, T0 - T0 % HOUR_US + HOUR_US, ["model", "provider"]
     )
     by_day = await storage.usage.grouped(org_id, day, day + DAY_US, ["model", "provider"])
-    got = [(r["model"], r["provider"], r["requests"], r["cost_micros"]) for r in by_hour.as_dicts()]
-    assert got == [
-        (r["model"], r["provider"], r["requests"], r["cost_micros"]) for r in by_day.as_dicts()
-    ]
+    got = [(r.model, r.provider, r.requests, r.cost_micros) for r in by_hour]
+    assert got == [(r.model, r.provider, r.requests, r.cost_micros) for r in by_day]
     return got
 
 

@@ -11,7 +11,7 @@ from protocol.timefmt import from_datetime
 from storage.events import new_event
 from storage.ledger import UsageCharge
 from storage.open import Storage
-from storage.usage import DAY_US, HOUR_US, SUMS, FailedRequest, UsageTable
+from storage.usage import DAY_US, HOUR_US, SUMS, FailedRequest, UsageRow, UsageTable
 
 NOON = from_datetime(datetime(2026, 11, 22, 12))
 FIELDS = ("key_id", "model", "provider", "day", "hour")
@@ -71,7 +71,7 @@ async def test_settle_adds_counters_per_hour_key_model_and_provider(storage: Sto
     ]
     await storage.ledger.settle(batch[:3])
     await storage.ledger.settle(batch[3:])
-    by_hour = await storage.usage.grouped(org.id, NOON, NOON + 2 * HOUR_US, FIELDS[:3] + ("hour",))
+    by_hour = await storage.usage.table(org.id, NOON, NOON + 2 * HOUR_US, FIELDS[:3] + ("hour",))
     assert by_hour.names == (*FIELDS[:3], "hour", *SUMS)
     # key, model, provider, hour, then requests, tokens in and out, cost, errors; by time,
     # then key (no key first), model, provider.
@@ -83,19 +83,19 @@ async def test_settle_adds_counters_per_hour_key_model_and_provider(storage: Sto
     # The ledger's usage rows of the org sum to the same cost.
     listed, _ = await storage.ledger.list(org.id, type=USAGE, limit=100, offset=0)
     assert -sum(t.amount_micros for t in listed) == totals(by_hour)[3] == 377
-    whole = await storage.usage.grouped(org.id, NOON, NOON + 2 * HOUR_US, [])
+    whole = await storage.usage.table(org.id, NOON, NOON + 2 * HOUR_US, [])
     assert whole.as_dicts() == [
         {"requests": 5, "input_tokens": 41, "output_tokens": 22, "cost_micros": 377, "errors": 1}
     ]
-    day = await storage.usage.grouped(org.id, 0, NOON * 2, ["day"])
+    day = await storage.usage.table(org.id, 0, NOON * 2, ["day"])
     assert day.rows == [(from_datetime(datetime(2026, 11, 22)), 5, 41, 22, 377, 1)]
     # [start, end): the hour starting at `end` is out, the one at `start` in.
-    assert totals(await storage.usage.grouped(org.id, NOON, NOON + HOUR_US, []))[3] == 337
-    assert totals(await storage.usage.grouped(org.id, NOON + HOUR_US, NOON * 2, []))[3] == 40
-    assert totals(await storage.usage.grouped(other.id, 0, NOON * 2, []))[3] == 999
+    assert totals(await storage.usage.table(org.id, NOON, NOON + HOUR_US, []))[3] == 337
+    assert totals(await storage.usage.table(org.id, NOON + HOUR_US, NOON * 2, []))[3] == 40
+    assert totals(await storage.usage.table(other.id, 0, NOON * 2, []))[3] == 999
     # Nothing grouped and nothing there: one row of zeros; grouped: no row.
-    assert (await storage.usage.grouped(org.id, 0, HOUR_US, [])).rows == [(0, 0, 0, 0, 0)]
-    assert (await storage.usage.grouped(org.id, 0, HOUR_US, ["model"])).rows == []
+    assert (await storage.usage.table(org.id, 0, HOUR_US, [])).rows == [(0, 0, 0, 0, 0)]
+    assert (await storage.usage.table(org.id, 0, HOUR_US, ["model"])).rows == []
 
 
 async def test_a_retried_settle_counts_nothing_twice(storage: Storage) -> None:
@@ -103,7 +103,7 @@ async def test_a_retried_settle_counts_nothing_twice(storage: Storage) -> None:
     batch = [charge(org.id, 100), charge(org.id, 50)]
     await storage.ledger.settle(batch[:1])
     await storage.ledger.settle(batch, skip_stored=True)  # the first was stored already
-    row = await storage.usage.grouped(org.id, NOON, NOON + HOUR_US, [])
+    row = await storage.usage.table(org.id, NOON, NOON + HOUR_US, [])
     assert totals(row) == (2, 20, 10, 150, 0)
 
 
@@ -117,7 +117,7 @@ async def test_failed_requests_are_counted_with_their_events(storage: Storage) -
     # A retry of the same batch (outcome unknown) writes and counts nothing again.
     assert await storage.events.write_batch([error, anonymous], skip_stored=True) == 0
     hour = error.created_at - error.created_at % HOUR_US
-    rows = await storage.usage.grouped(org.id, hour, hour + HOUR_US, ["key_id", "model"])
+    rows = await storage.usage.table(org.id, hour, hour + HOUR_US, ["key_id", "model"])
     assert rows.rows == [(None, None, 1, 0, 0, 0, 1), ("key_1", "small", 1, 0, 0, 0, 1)]
 
 
@@ -151,7 +151,7 @@ async def test_rows_are_ordered_by_time_then_code_point_on_every_path(storage: S
     cost = {key: 1 + i for i, key in enumerate(KEYS)}
 
     async def grouped(start: int, end: int, *fields: str) -> list[tuple[object, ...]]:
-        table = await storage.usage.grouped(org.id, start, end, fields)
+        table = await storage.usage.table(org.id, start, end, fields)
         return [tuple(r[f] for f in (*fields, "cost_micros")) for r in table.as_dicts()]
 
     # The hourly table as it is.
@@ -171,5 +171,15 @@ async def test_rows_are_ordered_by_time_then_code_point_on_every_path(storage: S
         (k, k or "m", 3 * cost[k]) for k in sorted(BY_CODE_POINT, key=lambda k: (k or "m", k or ""))
     ]
     # At most `limit` rows: the first ones.
-    first = await storage.usage.grouped(org.id, day, day + HOUR_US * 6, ["key_id"], limit=2)
+    first = await storage.usage.table(org.id, day, day + HOUR_US * 6, ["key_id"], limit=2)
     assert first.rows == [(None, 1, 10, 5, cost[None], 0), ("B", 1, 10, 5, cost["B"], 0)]
+
+
+async def test_grouped_gives_the_table_as_objects(storage: Storage) -> None:
+    org = await storage.orgs.create("a")
+    await storage.ledger.settle([charge(org.id, 100), charge(org.id, 7, key=None, model="big")])
+    [none, key] = await storage.usage.grouped(org.id, NOON, NOON + HOUR_US, ["key_id", "hour"])
+    assert none == UsageRow(None, None, None, None, NOON, 1, 10, 5, 7, 0)
+    assert key == UsageRow("key_1", None, None, None, NOON, 1, 10, 5, 100, 0)
+    [whole] = await storage.usage.grouped(org.id, NOON, NOON + HOUR_US, [])
+    assert whole == UsageRow(None, None, None, None, None, 2, 20, 10, 107, 0)
