@@ -40,6 +40,12 @@ class Executor(abc.ABC):
         for row in rows:
             await self.execute(sql, {f"p{i}": value for i, value in enumerate(row)})
 
+    async def fetch_values(self, sql: str, params: Params = _NO_PARAMS) -> list[Sequence[Any]]:
+        """The rows as sequences of the selected columns' values, in order (tuples; asyncpg's
+        records, which compare equal to tuples): for reads of thousands of rows, where a dict
+        per row costs more than the query. Backends override this fallback."""
+        return [tuple(row.values()) for row in await self.fetch(sql, params)]
+
     async def fetchrow(self, sql: str, params: Params = _NO_PARAMS) -> Row | None:
         rows = await self.fetch(sql, params)
         return rows[0] if rows else None

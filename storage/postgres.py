@@ -208,6 +208,11 @@ class PostgresDatabase(Database):
         records = await self._with_conn(lambda c: c.fetch(text, *args))
         return [dict(r) for r in records]
 
+    async def fetch_values(self, sql: str, params: Params = _NO_PARAMS) -> list[Sequence[Any]]:
+        text, args = _prepare(sql, params)
+        records: list[Sequence[Any]] = await self._with_conn(lambda c: c.fetch(text, *args))
+        return records  # Records are sequences already: a tuple each would cost ~0.4 µs a row
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Executor]:
         """A transaction on one connection. Its end (commit, or rollback when the block

@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -132,6 +132,14 @@ def _run(conn: sqlite3.Connection, sql: str, params: Params) -> sqlite3.Cursor:
         return conn.execute(sql, dict(params))
 
 
+def _values(conn: sqlite3.Connection, sql: str, params: Params) -> list[Sequence[Any]]:
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples, not sqlite3.Row then a dict
+    with _mapped_errors():
+        rows: list[Sequence[Any]] = cursor.execute(sql, dict(params)).fetchall()
+        return rows
+
+
 class SQLiteDatabase(Database):
     dialect = "sqlite"
 
@@ -176,6 +184,9 @@ class SQLiteDatabase(Database):
 
     async def fetch(self, sql: str, params: Params = _NO_PARAMS) -> list[Row]:
         return await self._read(lambda c: _rows(_run(c, sql, params)))
+
+    async def fetch_values(self, sql: str, params: Params = _NO_PARAMS) -> list[Sequence[Any]]:
+        return await self._read(lambda c: _values(c, sql, params))
 
     async def execute(self, sql: str, params: Params = _NO_PARAMS) -> int:
         async with self.transaction() as tx:

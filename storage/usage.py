@@ -14,10 +14,9 @@ that a long range reads days, not hours.
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from storage.database import Database, Executor
 
@@ -30,9 +29,6 @@ DAY_US = 24 * HOUR_US
 GROUP_FIELDS = ("key_id", "model", "provider", "day", "hour")
 _COUNTERS = ("requests", "input_tokens", "output_tokens", "cost_micros", "errors")
 _CHUNKS = (64, 16, 4, 1)  # groups per statement: a few fixed sizes stay compiled (as insert_many)
-# Time first, then key, model, provider: the order of the answer's rows, whatever the order of
-# `group_by`.
-_ORDER = ("day", "hour", "key_id", "model", "provider")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +55,9 @@ class FailedRequest:
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One group of GET /v1/usage: the fields grouped by (None when not grouped by them; a
-    key or provider that is not known is None too), and its sums."""
+    """One group as an object (`UsageRepository.grouped`): the fields grouped by (None when
+    not grouped by them; a key, model or provider that is not known is None too), and its
+    sums."""
 
     key_id: str | None
     model: str | None
@@ -194,80 +191,121 @@ class UsageRepository:
     async def grouped(
         self, org_id: str, start_us: int, end_us: int, group_by: Sequence[str]
     ) -> list[UsageRow]:
+        """`table`'s rows as objects, for callers of a few groups (a chart, a tool); GET
+        /v1/usage reads `table` itself: an object per row was most of its time."""
+        found = await self.table(org_id, start_us, end_us, group_by)
+        empty = dict.fromkeys(GROUP_FIELDS)
+        return [UsageRow(**{**empty, **row}) for row in found.as_dicts()]
+
+    async def table(
+        self,
+        org_id: str,
+        start_us: int,
+        end_us: int,
+        group_by: Sequence[str],
+        *,
+        limit: int = 1_000_000,
+    ) -> UsageTable:
         """The org's sums over the hours starting in [start, end) (whole hours), a row per
         group of `group_by` (fields of GROUP_FIELDS), ordered by time, then key, model and
         provider (by code point, the same on every backend). No grouping: one row (zeros when
         nothing happened). The whole days of the range are read from the daily table, only
         the hours at its ends (and any `hour` grouping) from the hourly one, in one
-        statement."""
+        statement. The database sums, sorts and turns '' into NULL: the rows come back as
+        they are answered, with no work per row here (a year by day and everything else is
+        7,300 rows, a month by hour 14,880). At most `limit` rows (the first ones): GET
+        /v1/usage asks for one over its cap, to refuse an answer over it."""
         assert set(group_by) <= set(GROUP_FIELDS), group_by
         assert start_us % HOUR_US == 0 and end_us % HOUR_US == 0, (start_us, end_us)
-        fields = tuple(f for f in _ORDER if f in group_by)
+        fields = tuple(f for f in GROUP_FIELDS if f in group_by)
         first_day = -(-start_us // DAY_US) * DAY_US
         last_day = end_us - end_us % DAY_US
-        params = {"org_id": org_id, "start": start_us, "end": end_us}
+        params = {"org_id": org_id, "start": start_us, "end": end_us, "limit": limit}
         if "hour" in fields or first_day >= last_day:
-            sql = _hourly_sql(fields)
+            sql = _hourly_sql(self._db.dialect, fields)
         else:  # the whole days, and the hours before the first and after the last
-            sql = _days_and_hours_sql(fields)
+            sql = _days_and_hours_sql(self._db.dialect, fields)
             params.update(first_day=first_day, last_day=last_day)
-        rows = await self._db.fetch(sql, params)
-        if not rows and not fields:
-            return [UsageRow(None, None, None, None, None, 0, 0, 0, 0, 0)]
-        # Each row as a tuple: the group's values, then the sums (groups are unique, so the
-        # sort orders by the group alone); itemgetter keeps it to a few µs a row.
-        found = sorted(map(operator.itemgetter(*fields, *_COUNTERS), rows))
-        at = {f: i for i, f in enumerate(fields)}
-        k, m, p, d, h = (at.get(f) for f in ("key_id", "model", "provider", "day", "hour"))
-        n = len(fields)
-        return [
-            UsageRow(
-                None if k is None else row[k] or None,  # '' stands for none
-                None if m is None else row[m] or None,
-                None if p is None else row[p] or None,
-                None if d is None else int(row[d]),
-                None if h is None else int(row[h]),
-                int(row[n] or 0),
-                int(row[n + 1] or 0),
-                int(row[n + 2] or 0),
-                int(row[n + 3] or 0),
-                int(row[n + 4] or 0),
-            )
-            for row in found
-        ]
+        return UsageTable(fields, await self._db.fetch_values(sql, params))
 
 
-# BIGINT: PostgreSQL sums BIGINTs as NUMERIC, which the driver decodes (slowly) as Decimal.
-_SUMS = ", ".join(f"CAST(SUM({c}) AS BIGINT) AS {c}" for c in _COUNTERS)
+@dataclass(frozen=True, slots=True)
+class UsageTable:
+    """GET /v1/usage's groups as the database answered them: a tuple per group, the values of
+    `fields` (GROUP_FIELDS grouped by, in that order: None for no key, provider or model;
+    `day` and `hour` the period's start in µs) then the SUMS, sorted by time, key, model,
+    provider. Tuples, not an object per row: the finest groupings answer thousands."""
+
+    fields: tuple[str, ...]
+    rows: list[Sequence[Any]]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*self.fields, *SUMS)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """Each row by name (tests, tools; the route reads the tuples)."""
+        return [dict(zip(self.names, row, strict=True)) for row in self.rows]
+
+
+# The sums of a row, in order. BIGINT: PostgreSQL sums BIGINTs as NUMERIC, which the driver
+# decodes (slowly) as Decimal; COALESCE: no grouping over nothing sums NULLs (one row of zeros).
+SUMS = _COUNTERS
+_SUMS = ", ".join(f"CAST(COALESCE(SUM({c}), 0) AS BIGINT)" for c in _COUNTERS)
+_TEXT = ("key_id", "model", "provider")  # '' stands for none in the tables, NULL in answers
+_HOUR_DAY = f"(hour / {DAY_US}) * {DAY_US}"
+
+
+def _select(fields: tuple[str, ...], sums: str) -> str:
+    """The select list over `u`: the fields ('' as NULL), then the sums."""
+    picked = [f"NULLIF(u.{f}, '')" if f in _TEXT else f"u.{f}" for f in fields]
+    return ", ".join([*picked, sums])
+
+
+def _grouped_and_ordered(dialect: str, fields: tuple[str, ...], grouped: bool) -> str:
+    """GROUP BY the fields and ORDER BY time, then key, model, provider, by code point: the
+    raw columns ('' sorts first, as null is answered first); PostgreSQL's text order depends
+    on the database's collation, so its order is COLLATE "C" (bytes of UTF-8: code points),
+    SQLite's default BINARY already is. The GROUP BY lists them in that order too: SQLite then
+    sorts once for both (and, by hour, not at all: the primary key's order is theirs)."""
+    if not fields:
+        return ""
+    collate = ' COLLATE "C"' if dialect == "postgresql" else ""
+    columns = [f for f in ("day", "hour", *_TEXT) if f in fields]
+    order = ", ".join(f"u.{f}{collate if f in _TEXT else ''}" for f in columns)
+    group = f" GROUP BY {', '.join(f'u.{f}' for f in columns)}" if grouped else ""
+    return f"{group} ORDER BY {order}"
 
 
 @functools.cache
-def _hourly_sql(fields: tuple[str, ...]) -> str:
-    exprs = [_HOUR_DAY if f == "day" else f for f in fields]
-    picked = "".join(f"{e} AS {f}, " for e, f in zip(exprs, fields, strict=True))
-    return (
-        f"SELECT {picked}{_SUMS} FROM usage_hourly"
-        " WHERE org_id = :org_id AND hour >= :start AND hour < :end"
-    ) + (f" GROUP BY {', '.join(exprs)}" if exprs else "")
+def _hourly_sql(dialect: str, fields: tuple[str, ...]) -> str:
+    """The hours of [start, end). Grouped by key, model, provider and hour, a group is a row
+    of the table (its key): read as it is, in the key's order, with nothing to sum."""
+    hours = "usage_hourly WHERE org_id = :org_id AND hour >= :start AND hour < :end"
+    if "day" in fields:  # a range within one day, by day
+        columns = ", ".join((*_TEXT, *_COUNTERS))
+        source = f"(SELECT {columns}, {_HOUR_DAY} AS day FROM {hours}) AS u"
+    else:
+        source = hours.replace("usage_hourly", "usage_hourly AS u", 1)
+    whole = set(fields) == {*_TEXT, "hour"}
+    sums = ", ".join(f"u.{c}" for c in _COUNTERS) if whole else _SUMS
+    ordered = _grouped_and_ordered(dialect, fields, grouped=not whole)
+    return f"SELECT {_select(fields, sums)} FROM {source}{ordered} LIMIT :limit"
 
 
 @functools.cache
-def _days_and_hours_sql(fields: tuple[str, ...]) -> str:
+def _days_and_hours_sql(dialect: str, fields: tuple[str, ...]) -> str:
     """One statement: the daily rows of [first_day, last_day) and the hourly rows of the
     range outside it, summed per group."""
-    daily = "".join(f"{f}, " for f in fields)
-    hourly = "".join(f"{_HOUR_DAY if f == 'day' else f} AS {f}, " for f in fields)
+    text = "".join(f"{f}, " for f in _TEXT)
     counters = ", ".join(_COUNTERS)
-    grouped = f" GROUP BY {', '.join(fields)}" if fields else ""
-    return (
-        f"SELECT {daily}{_SUMS} FROM ("
-        f"SELECT {daily}{counters} FROM usage_daily"
+    hours = f" UNION ALL SELECT {text}{_HOUR_DAY} AS day, {counters} FROM usage_hourly"
+    parts = (
+        f"SELECT {text}day, {counters} FROM usage_daily"
         " WHERE org_id = :org_id AND day >= :first_day AND day < :last_day"
-        f" UNION ALL SELECT {hourly}{counters} FROM usage_hourly"
-        " WHERE org_id = :org_id AND hour >= :start AND hour < :first_day"
-        f" UNION ALL SELECT {hourly}{counters} FROM usage_hourly"  # not an OR: two range reads
-        f" WHERE org_id = :org_id AND hour >= :last_day AND hour < :end) AS parts{grouped}"
+        f"{hours} WHERE org_id = :org_id AND hour >= :start AND hour < :first_day"
+        # the two ends as two range reads, not an OR (SQLite would walk all of the org's hours)
+        f"{hours} WHERE org_id = :org_id AND hour >= :last_day AND hour < :end"
     )
-
-
-_HOUR_DAY = f"(hour / {DAY_US}) * {DAY_US}"
+    ordered = _grouped_and_ordered(dialect, fields, grouped=True)
+    return f"SELECT {_select(fields, _SUMS)} FROM ({parts}) AS u{ordered} LIMIT :limit"

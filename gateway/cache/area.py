@@ -52,14 +52,15 @@ def open_cache(core: Core) -> CacheArea:
         max_bytes=config.max_bytes,
         max_entry_bytes=config.max_entry_bytes,
     )
-    register_gauges(core.metrics, cache)
+    register_cache_metrics(core.metrics, cache)
     enabled = cache_enabled(core.config)
     return CacheArea(routes=routes(cache), cache=cache if enabled else None, store=cache)
 
 
-def register_gauges(metrics: Metrics, cache: ResponseCache) -> None:
-    """The store's size as this instance last measured it (plus its puts since), and what
-    its cache did since it started, by operation."""
+def register_cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
+    """The store's size as this instance last measured it (plus its puts since): gauges; and
+    what its cache did since it started, by operation: a counter
+    (`gateway_cache_operations_total`)."""
     metrics.gauge(
         "gateway_cache_entries",
         "Response cache entries (the store's, as this instance last measured them).",
@@ -70,7 +71,7 @@ def register_gauges(metrics: Metrics, cache: ResponseCache) -> None:
         "Response cache stored bytes, sealed (as this instance last measured them).",
         lambda: [({}, float(cache.stored_bytes))],
     )
-    metrics.gauge(
+    metrics.counter(
         "gateway_cache_operations",
         "Response cache operations on this instance since it started, by outcome (hits,"
         " misses, stores, oversize, evictions, expired, purged, failures, unopenable).",

@@ -121,14 +121,14 @@ async def open_mirror(core: Core) -> MirrorArea:
                 interval_s=RETENTION_INTERVAL_S,
             )
         )
-        register_mirror_gauges(core.metrics, mirror)
+        register_mirror_metrics(core.metrics, mirror)
     return MirrorArea(routes=routes(repo), mirror=mirror, results=repo, mirrors=mirrors)
 
 
-def register_mirror_gauges(metrics: Metrics, mirror: Mirror) -> None:
-    """`gateway_mirror_calls{model,shadow,outcome}`, `gateway_mirror_dropped{stage}`,
-    `gateway_mirror_in_flight`: this instance's, since it started."""
-    metrics.gauge(
+def register_mirror_metrics(metrics: Metrics, mirror: Mirror) -> None:
+    """`gateway_mirror_calls_total{model,shadow,outcome}`, `gateway_mirror_dropped_total{stage}`
+    (counters: this instance's, since it started), `gateway_mirror_in_flight` (a gauge)."""
+    metrics.counter(
         "gateway_mirror_calls",
         "Shadow calls made by this instance since start, by model, shadow and outcome.",
         lambda: [
@@ -136,7 +136,7 @@ def register_mirror_gauges(metrics: Metrics, mirror: Mirror) -> None:
             for (model, shadow, outcome), count in sorted(mirror.calls.items())
         ],
     )
-    metrics.gauge(
+    metrics.counter(
         "gateway_mirror_dropped",
         "Mirror jobs dropped since start: stage inbox (the actor was full, no call made) or"
         " results (the call's row was not written, its writer was full).",

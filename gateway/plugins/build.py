@@ -97,7 +97,7 @@ async def open_plugins(
         plugins.append(MirrorPlugin(mirror))
     pipeline = Pipeline(plugins, reports) if plugins else None
     plugins_out = Plugins(pipeline, reports, cache, opt_ins)
-    register_plugin_gauges(metrics, plugins_out)
+    register_plugin_metrics(metrics, plugins_out)
     return plugins_out
 
 
@@ -141,28 +141,30 @@ def _embedder(registry: ModelRegistry, upstreams: Upstreams, model_id: str) -> E
     return embed
 
 
-def register_plugin_gauges(metrics: Metrics, plugins: Plugins) -> None:
+def register_plugin_metrics(metrics: Metrics, plugins: Plugins) -> None:
+    """What the plugins did since this instance started: counters (`..._total`), read at
+    scrape time."""
     pipeline = plugins.pipeline
     if pipeline is None:
         return
     stats = pipeline.stats
-    metrics.gauge(
+    metrics.counter(
         "gateway_plugin_calls",
         "Hook calls per plugin since start",
         lambda: [({"plugin": name}, float(s.calls)) for name, s in stats.items()],
     )
-    metrics.gauge(
+    metrics.counter(
         "gateway_plugin_failures",
         "Plugin hooks that failed or timed out (then on_error applied)",
         lambda: [({"plugin": name}, float(s.failures)) for name, s in stats.items()],
     )
-    metrics.gauge(
+    metrics.counter(
         "gateway_plugin_seconds",
         "Time spent in each plugin's hooks since start",
         lambda: [({"plugin": name}, s.seconds) for name, s in stats.items()],
     )
     findings = plugins.reports.findings
-    metrics.gauge(
+    metrics.counter(
         "gateway_guardrail_findings",
         "Guardrail findings by guardrail, category and action (block, redact, log)",
         lambda: [
@@ -173,7 +175,7 @@ def register_plugin_gauges(metrics: Metrics, plugins: Plugins) -> None:
     cache = plugins.cache
     if cache is not None:
         s = cache.stats
-        metrics.gauge(
+        metrics.counter(
             "gateway_cache_requests",
             "Requests the response cache answered (hit), missed, or was not asked (bypass)",
             lambda: [
@@ -182,12 +184,12 @@ def register_plugin_gauges(metrics: Metrics, plugins: Plugins) -> None:
                 ({"result": "bypass"}, float(s.bypasses)),
             ],
         )
-        metrics.gauge(
+        metrics.counter(
             "gateway_cache_saved_usd",
             "Provider cost the response cache's hits did not incur",
             lambda: [({}, s.saved_usd)],
         )
-        metrics.gauge(
+        metrics.counter(
             "gateway_cache_stores",
             "Answers stored in the response cache",
             lambda: [({}, float(s.stores))],

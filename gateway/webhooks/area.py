@@ -27,7 +27,7 @@ async def open_webhooks(core: Core) -> WebhooksArea:
     )
     await core.supervisor.start(dispatcher)
     await core.supervisor.start(janitor)
-    register_gauges(core.metrics, dispatcher)
+    register_webhook_metrics(core.metrics, dispatcher)
     return WebhooksArea(
         routes=routes(core.storage, core.box(WEBHOOK_SECRETS), config, dispatcher.wake),
         dispatcher=dispatcher,
@@ -46,8 +46,9 @@ def webhook_settings(config: WebhooksConfig) -> WebhookSettings:
     )
 
 
-def register_gauges(metrics: Metrics, webhooks: WebhookDispatcher) -> None:
-    """Attempts by outcome on this instance, and the queues of the subscriptions it holds."""
+def register_webhook_metrics(metrics: Metrics, webhooks: WebhookDispatcher) -> None:
+    """Attempts by outcome on this instance (a counter, `gateway_webhook_deliveries_total`),
+    and the queues of the subscriptions it holds (gauges)."""
 
     def attempts() -> list[tuple[dict[str, str], float]]:
         return [({"outcome": k}, float(v)) for k, v in webhooks.metrics.attempts.items()]
@@ -65,7 +66,7 @@ def register_gauges(metrics: Metrics, webhooks: WebhookDispatcher) -> None:
                 out.append(({"webhook_id": webhook_id}, float(value)))
         return out
 
-    metrics.gauge(
+    metrics.counter(
         "gateway_webhook_deliveries",
         "Webhook delivery attempts by outcome since this instance started.",
         attempts,

@@ -15,6 +15,8 @@ from protocol.webhook_samples import SAMPLES
 from services.cache.store import CachedAnswer, ResponseCache
 from tests.gateway.keys_client import create_key, error_of
 from tests.harness import Gateway, gateway_config, running_gateway
+from tests.metrics_lint import lint
+from tests.metrics_lint import value as sample_value
 
 pytestmark = pytest.mark.storage
 
@@ -157,6 +159,9 @@ async def test_the_cache_is_on_when_a_model_caches(database_url: str, tmp_path: 
         assert area.cache is area.store
         r = await gw.client.post(PATH, headers=gw.auth())
         assert r.json() == {"purged": 0}
-        metrics = (await gw.client.get("/metrics")).text
-        assert 'gateway_cache_operations{outcome="purged"} 0' in metrics
-        assert "gateway_cache_entries " in metrics
+        families = lint((await gw.client.get("/metrics")).text)
+        operations = families["gateway_cache_operations"]  # a running total: a counter
+        assert operations.type == "counter"
+        assert sample_value(operations, "gateway_cache_operations_total", outcome="purged") == 0
+        assert {s.labels["outcome"] for s in operations.samples} >= {"hits", "purged"}
+        assert families["gateway_cache_entries"].type == "gauge"

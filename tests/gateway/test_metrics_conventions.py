@@ -164,6 +164,10 @@ from gateway.web.context import RequestContext
 metrics = Metrics(duration_buckets([900.0]))
 metrics.know(["sim/sim-small"], ["sim"])
 metrics.counter("gateway_actor_restarts", "Restarts.", lambda: [({"kind": "background"}, 2.0)])
+saved = [0.25]  # a running total without labels, in float (as the cache's saved USD)
+metrics.counter("gateway_cache_saved_usd", "Saved.", lambda: [({}, saved[0])])
+metrics.render()
+saved[0] = 0.75  # grown since the last publication: the counter adds the difference
 ctx = RequestContext(request_id="req_1", method="POST", path="/x", started=10.0)
 ctx.model = ctx.deployment = "sim/sim-small"
 ctx.stream, ctx.first_byte_at = True, 10.25
@@ -200,6 +204,9 @@ async def test_the_shared_families_under_workers_keep_the_rules(tmp_path: Path) 
     assert value(families["gateway_requests"], "gateway_requests_total", model="other") == 1
     restarts = families["gateway_actor_restarts"]
     assert value(restarts, "gateway_actor_restarts_total", kind="background") == 2
+    saved = families["gateway_cache_saved_usd"]
+    assert saved.type == "counter"
+    assert value(saved, "gateway_cache_saved_usd_total") == 0.75
     attempts = families["gateway_upstream_attempt_duration_seconds"]
     name = "gateway_upstream_attempt_duration_seconds_bucket"
     assert value(attempts, name, provider="sim", le="900.0") == 1

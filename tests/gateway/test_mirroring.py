@@ -25,6 +25,7 @@ from services.mirror import MirrorRoute, open_answer
 from storage.mirror_results import MirrorResult
 from tests.harness import OPERATOR_KEY
 from tests.inference import Rig, inference_rig, ledger
+from tests.metrics_lint import lint, value
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.storage
@@ -411,12 +412,13 @@ async def test_the_admin_route_compares_each_pair(database_url: str, tmp_path: P
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
         refused = await client.get("/v1/admin/mirrors", headers=rig.gateway.auth())
         assert refused.status_code == 403
-        metrics = (await client.get("/metrics")).text
-        assert (
-            'gateway_mirror_calls{model="mirrored",shadow="shadow-openai",outcome="http_500"} 2.0'
-            in metrics
-        )
-        assert 'gateway_mirror_dropped{stage="inbox"} 0.0' in metrics
+        families = lint((await client.get("/metrics")).text)
+        calls, dropped = families["gateway_mirror_calls"], families["gateway_mirror_dropped"]
+        assert calls.type == dropped.type == "counter"  # running totals
+        pair = {"model": "mirrored", "shadow": "shadow-openai"}
+        assert value(calls, "gateway_mirror_calls_total", outcome="http_500", **pair) == 2
+        assert value(dropped, "gateway_mirror_dropped_total", stage="inbox") == 0
+        assert families["gateway_mirror_in_flight"].type == "gauge"
 
 
 async def test_without_mirrors_there_is_no_actor_and_the_route_answers_empty(

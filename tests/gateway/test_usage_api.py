@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gateway.usage.routes import MAX_ROWS
 from protocol.credentials import CredentialKind
 from protocol.ids import new_id
 from protocol.timefmt import now_us, to_iso
@@ -229,3 +230,37 @@ async def test_needs_a_key_with_billing_read(rig: Rig) -> None:
     reader, _ = await new_key(rig, scopes=["billing:read"])
     assert (await usage(rig, key=reader)).status_code == 200
     assert (await usage(rig, key=rig.key)).status_code == 200  # every scope
+
+
+async def test_an_answer_over_the_row_cap_is_400_asking_to_narrow(rig: Rig) -> None:
+    """At most MAX_ROWS groups: one more is refused (not cut short, which would misstate the
+    total), exactly MAX_ROWS answered in full."""
+    gw = rig.gateway
+    keys, hours = 100, 501  # 50,100 groups by key and hour
+    assert (hours - 1) * keys == MAX_ROWS
+    start = now_us() // DAY_US * DAY_US - 25 * DAY_US
+    rows = [
+        (gw.org_id, start + h * HOUR_US, f"key_{k:03d}", "m", "p", 1, 2, 3, 4, 0)
+        for h in range(hours)
+        for k in range(keys)
+    ]
+    columns = ("org_id", "hour", "key_id", "model", "provider", "requests", "input_tokens",
+               "output_tokens", "cost_micros", "errors")  # fmt: skip
+    async with gw.runtime.storage.db.transaction() as tx:
+        await tx.insert_many("usage_hourly", columns, rows)
+    iso = lambda us: to_iso(us) or ""  # noqa: E731
+    query = f"?start_date={iso(start)}&group_by=key_id,hour&end_date="
+    r = await usage(rig, query + iso(start + hours * HOUR_US))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "group_by")
+    assert "50,000" in error["message"] and "narrow the range" in error["message"]
+    r = await usage(rig, query + iso(start + (hours - 1) * HOUR_US))
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert len(answer["data"]) == MAX_ROWS
+    assert micros(answer["total_cost_usd"]) == 4 * MAX_ROWS
+    assert answer["data"][-1] == {
+        "key_id": "key_099", "hour": iso(start + (hours - 2) * HOUR_US), "requests": 1,
+        "input_tokens": 2, "output_tokens": 3, "cost_usd": 0.000004, "errors": 0,
+    }  # fmt: skip

@@ -16,6 +16,7 @@ import trio
 from tests.gateway.test_webhooks_processes import settled
 from tests.harness import OPERATOR_KEY
 from tests.inference import Rig, inference_rig
+from tests.metrics_lint import lint, value
 from tests.waiting import wait_until_async
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
@@ -96,11 +97,13 @@ async def produce_and_check(rig: Rig, keys_hook: Receiver, all_hook: Receiver) -
     # first: wait for the count rather than read it once.
     async def counted() -> bool:
         metrics = (await gw.client.get("/metrics")).text
-        return 'gateway_webhook_deliveries{outcome="delivered"} 61.0' in metrics
+        return 'gateway_webhook_deliveries_total{outcome="delivered"} 61' in metrics
 
     await wait_until_async(counted)
-    metrics = (await gw.client.get("/metrics")).text
-    assert 'gateway_webhook_deliveries{outcome="dropped"} 0.0' in metrics
+    deliveries = lint((await gw.client.get("/metrics")).text)["gateway_webhook_deliveries"]
+    assert deliveries.type == "counter"
+    assert value(deliveries, "gateway_webhook_deliveries_total", outcome="dropped") == 0
+    assert value(deliveries, "gateway_webhook_deliveries_total", outcome="delivered") == 61
     tree = (await gw.client.get("/v1/admin/actors", headers=gw.auth(OPERATOR_KEY))).json()
     [webhooks] = [n for n in tree["children"] if n["name"] == "webhooks"]
     assert len([c for c in webhooks["children"] if c["name"].startswith("webhook:")]) == 2
@@ -128,7 +131,7 @@ async def test_metrics_show_a_held_queue_and_its_age(
         with trio.fail_after(30):  # queue statistics are refreshed every 5 s
             while True:
                 lines = (await gw.client.get("/metrics")).text.splitlines()
-                if 'gateway_webhook_deliveries{outcome="retry"} 1.0' in lines and any(
+                if 'gateway_webhook_deliveries_total{outcome="retry"} 1' in lines and any(
                     line.startswith(depth) for line in lines
                 ):
                     break

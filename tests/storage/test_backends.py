@@ -90,3 +90,22 @@ async def test_cancelled_postgres_query_is_cancelled_on_the_server(storage: Stor
     )
     assert running == 0
     assert await db.fetchval("SELECT 1") == 1  # the pool is still healthy
+
+
+async def test_fetch_values_answers_the_columns_in_order(storage: Storage) -> None:
+    """Rows as sequences of the selected values (no names), on the database's reads and, by
+    the fallback over `fetch`, inside a transaction; the same as `fetch` gives by name."""
+    db = storage.db
+    for i, name in enumerate(("b", "a", "é")):
+        await db.execute(
+            "INSERT INTO orgs (id, name, plan, created_at) VALUES (:id, :name, 'free', :at)",
+            {"id": f"org_{i}", "name": name, "at": i},
+        )
+    sql = "SELECT name, NULLIF(created_at, 1) AS at, id FROM orgs ORDER BY id"
+    expected = [("b", 0, "org_0"), ("a", None, "org_1"), ("é", 2, "org_2")]
+    rows = await db.fetch_values(sql)
+    assert [tuple(r) for r in rows] == expected and rows == expected
+    assert [tuple(r.values()) for r in await db.fetch(sql)] == expected
+    async with db.transaction() as tx:
+        assert await tx.fetch_values(sql + " LIMIT :n", {"n": 2}) == expected[:2]
+    assert await db.fetch_values("SELECT id FROM orgs WHERE id = 'none'") == []

@@ -22,6 +22,7 @@ from tests.gateway.plugins.rig import (
     upstream_chats,
 )
 from tests.inference import inference_rig, ledger
+from tests.metrics_lint import lint, value
 from tests.webhook_receiver import Receiver, ReceiverTLS, make_tls, serve_receiver
 
 pytestmark = pytest.mark.storage
@@ -177,9 +178,14 @@ async def test_a_block_is_delivered_as_one_signed_webhook(
         delivered = json.loads(arrival.body)
         assert delivered["type"] == "guardrail.triggered"
         assert delivered["data"]["stage"] == "output" and EMAIL.encode() not in arrival.body
-        metrics = await gw.client.get("/metrics")
-        line = 'gateway_guardrail_findings{guardrail="pii",category="email",action="block"} 1'
-        assert line in metrics.text
+        families = lint((await gw.client.get("/metrics")).text)
+        findings = families["gateway_guardrail_findings"]
+        assert findings.type == "counter"
+        name = "gateway_guardrail_findings_total"
+        assert value(findings, name, guardrail="pii", category="email", action="block") == 1
+        for family in ("gateway_plugin_calls", "gateway_plugin_failures", "gateway_plugin_seconds"):
+            assert families[family].type == "counter", family
+        assert value(families["gateway_plugin_calls"], "gateway_plugin_calls_total") >= 1
         nursery.cancel_scope.cancel()
 
 
@@ -223,9 +229,8 @@ async def test_log_action_lets_the_request_through(database_url: str, tmp_path: 
         assert sent["messages"][0]["content"] == f"Mail {EMAIL}"
         assert await events_of(rig, "guardrail.triggered") == []
         metrics = (await rig.gateway.client.get("/metrics")).text
-        assert 'gateway_guardrail_findings{guardrail="pii",category="email",action="log"} 1' in (
-            metrics
-        )
+        line = 'gateway_guardrail_findings_total{guardrail="pii",category="email",action="log"} 1'
+        assert line in metrics
 
 
 async def test_a_model_named_by_provider_and_upstream_is_guarded_as_its_entry(
