@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.auth.operator import OperatorKeys
 from gateway.console.charts import bar_chart
 from gateway.console.figures import instance_figures, quantile
 from gateway.console.security import FormError, cookie_value, parse_form, same_origin
@@ -97,3 +98,15 @@ def test_bar_geometry() -> None:
     assert all(b.y + b.height == chart.baseline for b in chart.bars)
     assert bar_chart("t", []).bars == ()
     assert [b.height for b in bar_chart("t", [("a", 0.0)]).bars] == [0.0]
+
+
+def test_an_operator_fingerprint_is_known_while_its_key_is_configured() -> None:
+    old, new = "service_op_" + "a" * 32, "service_op_" + "b" * 32
+    rotating, rotated = OperatorKeys((old, new)), OperatorKeys((new,))
+    fingerprint = rotating.match(old)
+    assert fingerprint is not None and rotating.knows(fingerprint)
+    assert not rotated.knows(fingerprint)
+    assert rotated.knows(rotated.match(new) or "")
+    for hostile in ("", "a" * 12, fingerprint.upper(), fingerprint + " "):
+        assert not rotated.knows(hostile)
+    assert not OperatorKeys(()).knows(fingerprint)
