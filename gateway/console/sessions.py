@@ -36,7 +36,7 @@ from storage.console_sessions import ConsoleSessionRepository, StoredSession
 
 IDLE_S = 8 * 3600.0
 MAX_AGE_S = 24 * 3600.0
-TOUCH_S = 60.0  # the last-seen time may lag this much (an idle expiry that much late)
+TOUCH_S = 60.0  # the stored last-seen time lags by less (idle expiry up to that much early)
 _MAX_ID = 128
 _FLASH_PURPOSE = "console-flash"
 _SWAP_TRIES = 8
