@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from storage.console_sessions import ConsoleSessionRepository
 from storage.database import Database
 from storage.events import EventRepository
 from storage.files import FileRepository
@@ -45,6 +46,7 @@ class Storage:
     fine_tuning: FineTuningRepository
     fine_tuned_models: FineTunedModelRepository
     usage: UsageRepository
+    console_sessions: ConsoleSessionRepository
 
     @classmethod
     def over(cls, db: Database) -> Storage:
@@ -65,6 +67,7 @@ class Storage:
             fine_tuning=FineTuningRepository(db),
             fine_tuned_models=FineTunedModelRepository(db),
             usage=UsageRepository(db),
+            console_sessions=ConsoleSessionRepository(db),
         )
 
 

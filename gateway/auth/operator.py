@@ -40,6 +40,11 @@ class OperatorKeys:
                 found = fingerprint
         return found
 
+    def knows(self, fingerprint: str) -> bool:
+        """Whether the key of that fingerprint (from `match`) is still configured: a console
+        session signed in with a key since removed from GATEWAY_OPERATOR_KEY ends."""
+        return fingerprint in self._fingerprints
+
     async def authenticate(self, authorization: str | None, organizations: Authenticator) -> str:
         """The fingerprint of the operator key presented; APIError 401/403 as in the module
         docstring. Cancellation: only looking up an organization's credential awaits."""

@@ -65,7 +65,7 @@ class Console:
         self.operator = operator
         self.worker = worker
         self.hostname = socket.gethostname()
-        self.sessions = SessionStore()
+        self.sessions = SessionStore(runtime.storage.console_sessions)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -132,12 +132,21 @@ class Console:
     # -- sessions and CSRF ----------------------------------------------------------------
 
     async def _authenticate(self, page: Page) -> None:
+        """The request's session, if live and its credential still valid: an organization's
+        management key not revoked, the operator's key still in GATEWAY_OPERATOR_KEY. A session
+        whose credential went is deleted, on whichever instance notices first."""
         session_id = cookie_value(page.header(b"cookie"))
-        session = self.sessions.get(session_id)
-        if session is not None and session.key_hash is not None:
-            key = await self.runtime.storage.orgs.find_management_key(session.key_hash)
+        session = await self.sessions.get(session_id)
+        if session is not None and session.operator:
+            if session.operator_key is None or not self.operator.knows(session.operator_key):
+                await self.sessions.end(session_id)
+                session = None
+        elif session is not None:
+            key = None
+            if session.key_hash is not None:
+                key = await self.runtime.storage.orgs.find_management_key(session.key_hash)
             if key is None or key.revoked_at is not None or key.org_id != session.org_id:
-                self.sessions.end(session_id)
+                await self.sessions.end(session_id)
                 session = None
         page.session, page.session_id = session, session_id
 
@@ -174,7 +183,8 @@ class Console:
         query = f"?{urlencode({'org': org.id})}" if session.operator and org else ""
         flash: list[tuple[str, str]] = []
         if take_flash:
-            flash, session.flash = session.flash, []
+            assert page.session_id is not None
+            flash = await self.sessions.take_flash(page.session_id, session)
         return {
             "session": session,
             "nav": nav,
@@ -184,6 +194,12 @@ class Console:
             "csrf": session.csrf,
             "flash": flash,
         }
+
+    async def flash(self, page: Page, kind: str, text: str) -> None:
+        """Show `text` once on the session's next page (`kind`: "info", or "secret" for a
+        value shown only then)."""
+        assert page.session is not None and page.session_id is not None
+        await self.sessions.add_flash(page.session_id, page.session, kind, text)
 
     async def org_of(self, page: Page, form: dict[str, str] | None = None) -> Org | None:
         """The organization a page is about: the session's own, or (operator) the one named by

@@ -72,7 +72,7 @@ async def create_key(console: Console, page: Page, send: Send) -> None:
     except UniqueViolation:
         raise PageError(409, f"A key named {body.name!r} already exists.") from None
     assert page.session is not None
-    page.session.flash.append(("secret", f"{record.name}\0{credential.value}"))
+    await console.flash(page, "secret", f"{record.name}\0{credential.value}")
     await redirect(send, console.back("/keys", org, page))
 
 
@@ -104,5 +104,5 @@ async def change_key(console: Console, page: Page, send: Send) -> None:
     if not done:
         raise PageError(404, "There is no such key.")
     console.runtime.auth.invalidate_all()
-    page.session.flash.append(("info", message))
+    await console.flash(page, "info", message)
     await redirect(send, console.back("/keys", org, page))

@@ -43,8 +43,8 @@ async def sign_in(console: Console, page: Page, send: Send) -> None:
         await html(send, body, 401)
         return
     old = cookie_value(page.header(b"cookie"))
-    console.sessions.end(old)
-    session_id = console.sessions.create(session)
+    await console.sessions.end(old)
+    session_id = await console.sessions.create(session)
     await redirect(send, PREFIX + "/overview", [(b"set-cookie", session_cookie(session_id))])
 
 
@@ -52,9 +52,12 @@ async def _session_for(console: Console, key: str) -> Session | None:
     if not key or len(key) > 512:
         return None
     if key.startswith(OPERATOR_PREFIX):
-        if console.operator.match(key) is None:
+        fingerprint = console.operator.match(key)
+        if fingerprint is None:
             return None
-        return Session(operator=True, org_id=None, key_hash=None, label="operator")
+        return Session(
+            operator=True, org_id=None, key_hash=None, label="operator", operator_key=fingerprint
+        )
     runtime = console.runtime
     try:
         principal = await runtime.auth.authenticate(f"Bearer {key}")
@@ -71,7 +74,7 @@ async def _session_for(console: Console, key: str) -> Session | None:
 
 @route("POST", PREFIX + "/sign-out")
 async def sign_out(console: Console, page: Page, send: Send) -> None:
-    console.sessions.end(page.session_id)
+    await console.sessions.end(page.session_id)
     await redirect(send, PREFIX + "/sign-in", [(b"set-cookie", cleared_cookie())])
 
 

@@ -70,12 +70,12 @@ async def webhook_action(console: Console, page: Page, send: Send) -> None:
         if not record.enabled:
             raise PageError(409, "The webhook is disabled.")
         await repo.append_test_event(org.id, record.id, event_type, sample_data(event_type))
-        page.session.flash.append(("info", f"Test event {event_type} queued."))
+        await console.flash(page, "info", f"Test event {event_type} queued.")
     elif action in ("enable", "disable"):
         changed = await repo.update(org.id, record.id, now_us(), enabled=action == "enable")
         if changed is None:
             raise PageError(404, "There is no such webhook.")
-        page.session.flash.append(("info", f"Webhook {action}d."))
+        await console.flash(page, "info", f"Webhook {action}d.")
     elif action == "rotate":
         secret = generate_secret()
         now = now_us()
@@ -92,7 +92,7 @@ async def webhook_action(console: Console, page: Page, send: Send) -> None:
         )
         if rotated is None:
             raise PageError(404, "There is no such webhook.")
-        page.session.flash.append(("secret", f"{record.url}\0{secret}"))
+        await console.flash(page, "secret", f"{record.url}\0{secret}")
     else:
         raise PageError(404, "There is no such action.")
     _wake(console, record.id)
@@ -112,5 +112,5 @@ async def redeliver(console: Console, page: Page, send: Send) -> None:
         raise PageError(404, "There is no such event for this webhook.")
     _wake(console, record.id)
     assert page.session is not None
-    page.session.flash.append(("info", f"Event {event_id} queued again."))
+    await console.flash(page, "info", f"Event {event_id} queued again.")
     await redirect(send, console.back(f"/webhooks/{record.id}", org, page))

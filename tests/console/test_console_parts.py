@@ -1,56 +1,14 @@
-"""The console's parts that need no gateway: session expiry, percentile estimates from
+"""The console's parts that need no gateway: percentile estimates from
 histogram buckets, the origin rule, form parsing and bar geometry."""
 
 from __future__ import annotations
 
 import pytest
 
+from gateway.auth.operator import OperatorKeys
 from gateway.console.charts import bar_chart
 from gateway.console.figures import instance_figures, quantile
 from gateway.console.security import FormError, cookie_value, parse_form, same_origin
-from gateway.console.sessions import MAX_SESSIONS, Session, SessionStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _session() -> Session:
-    return Session(operator=False, org_id="org_a", key_hash="h", label="a")
-
-
-def test_sessions_end_when_idle_or_too_old() -> None:
-    clock = Clock()
-    store = SessionStore(idle_s=60, max_age_s=300, clock=clock)
-    sid = store.create(_session())
-    assert store.get(sid) is not None
-    clock.now += 59
-    assert store.get(sid) is not None  # the idle clock restarts at each use
-    for _ in range(4):
-        clock.now += 59
-        assert store.get(sid) is not None
-    clock.now += 59  # 295 + 59 > 300: too old however active
-    assert store.get(sid) is None
-    idle = store.create(_session())
-    clock.now += 61
-    assert store.get(idle) is None
-    assert store.get(None) is None and store.get("") is None and store.get("x" * 500) is None
-
-
-def test_sessions_are_bounded_and_ids_unguessable() -> None:
-    store = SessionStore()
-    first = store.create(_session())
-    ids = {store.create(_session()) for _ in range(MAX_SESSIONS)}
-    assert len(store) == MAX_SESSIONS and len(ids) == MAX_SESSIONS
-    assert store.get(first) is None  # the oldest made room
-    assert all(len(i) >= 40 for i in ids)
-    one = next(iter(ids))
-    store.end(one)
-    assert store.get(one) is None
 
 
 def test_quantiles_from_cumulative_buckets() -> None:
@@ -140,3 +98,15 @@ def test_bar_geometry() -> None:
     assert all(b.y + b.height == chart.baseline for b in chart.bars)
     assert bar_chart("t", []).bars == ()
     assert [b.height for b in bar_chart("t", [("a", 0.0)]).bars] == [0.0]
+
+
+def test_an_operator_fingerprint_is_known_while_its_key_is_configured() -> None:
+    old, new = "service_op_" + "a" * 32, "service_op_" + "b" * 32
+    rotating, rotated = OperatorKeys((old, new)), OperatorKeys((new,))
+    fingerprint = rotating.match(old)
+    assert fingerprint is not None and rotating.knows(fingerprint)
+    assert not rotated.knows(fingerprint)
+    assert rotated.knows(rotated.match(new) or "")
+    for hostile in ("", "a" * 12, fingerprint.upper(), fingerprint + " "):
+        assert not rotated.knows(hostile)
+    assert not OperatorKeys(()).knows(fingerprint)
