@@ -56,5 +56,9 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         accountant=runtime.accountant,
     )
     return RequestMiddleware(
-        app, runtime.metrics, log_requests=server.access_log, on_finish=(completions.finished,)
+        app,
+        runtime.metrics,
+        log_requests=server.access_log,
+        on_finish=(completions.finished,),
+        tracing=runtime.tracing,
     )
