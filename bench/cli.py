@@ -148,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     tracing.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
     tracing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    tracing.add_argument(
+        "--sample-ratio", type=float, default=1.0, help="[telemetry] sample_ratio (default 1)"
+    )
     tracing.add_argument("--out", type=Path, help="write bench.csv here")
 
     compare = commands.add_parser(
@@ -426,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup_s=args.warmup,
                 progress=not args.no_progress,
             )
-            rows, sides = trio.run(compare_tracing, options)
+            rows, sides = trio.run(compare_tracing, options, args.sample_ratio)
         elif args.command == "ratelimit":
             options = SuiteOptions(
                 concurrency=(args.concurrency,),

@@ -141,16 +141,18 @@ async def compare_guardrails(options: SuiteOptions) -> list[Row]:
     )
 
 
-async def compare_tracing(options: SuiteOptions) -> tuple[list[Row], str]:
-    """OpenTelemetry tracing on (every request sampled, exported to a local stand-in collector,
-    bench/otlp_sink.py) against off, this tree's gateway on both sides (`bench tracing`;
-    report.tracing_overhead); and a line saying what the collector received."""
+async def compare_tracing(
+    options: SuiteOptions, sample_ratio: float = 1.0
+) -> tuple[list[Row], str]:
+    """OpenTelemetry tracing on (`sample_ratio` of the requests sampled, exported to a local
+    stand-in collector, bench/otlp_sink.py) against off, this tree's gateway on both sides
+    (`bench tracing`; report.tracing_overhead); and a line saying what the collector got."""
     async with trio.open_nursery() as nursery:
         sink: OtlpSink = await nursery.start(serve_otlp_sink)
         toml = f'''
 [telemetry]
 otlp_endpoint = "{sink.url}"
-sample_ratio = 1.0
+sample_ratio = {sample_ratio}
 '''
         rows = await compare_sides((Side(TRACING_ON, extra_toml=toml), Side(TRACING_OFF)), options)
         nursery.cancel_scope.cancel()

@@ -158,11 +158,23 @@ class RequestTrace:
     """One request's server span and the steps under it. Sites check `ctx.trace` for None
     and then call these; with an unsampled request the spans are non-recording and cheap."""
 
-    __slots__ = ("_parent", "_tracing", "finish_reasons", "ids", "params", "request_model", "span")
+    __slots__ = (
+        "_parent",
+        "_tracing",
+        "finish_reasons",
+        "ids",
+        "params",
+        "recording",
+        "request_model",
+        "span",
+    )
 
     def __init__(self, tracing: Tracing, span: Span) -> None:
         self._tracing = tracing
         self.span = span
+        # Not sampled: no child span is made (each would be a non-recording one, for nothing);
+        # the upstream still gets a traceparent, naming this span, flagged unsampled.
+        self.recording = span.is_recording()
         self._parent = set_span_in_context(span)
         context = span.get_span_context()
         # For the log lines written while serving it (gateway/logs.py TRACE_IDS).
@@ -174,6 +186,8 @@ class RequestTrace:
     def step(self, name: str, **attributes: str | int | float) -> Step:
         """A child span around one step (`with trace.step("auth"):`), ended with the block;
         an exception marks it failed with its error code."""
+        if not self.recording:
+            return Step(self.span)  # ending a non-recording span does nothing
         span = self._tracing.tracer.start_span(
             name, context=self._parent, kind=SpanKind.INTERNAL, attributes=attributes or None
         )
@@ -196,7 +210,7 @@ class RequestTrace:
 
     def note_answer(self, body: bytes) -> None:
         """A chat answer's finish reasons (`gen_ai.response.finish_reasons`), from its JSON."""
-        if not self.span.is_recording():
+        if not self.recording:
             return
         try:
             answer = _ANSWER(body)
@@ -209,6 +223,8 @@ class RequestTrace:
     ) -> UpstreamSpan:
         """The CLIENT span of one upstream attempt, named `{operation} {model}` (GenAI), and
         the `traceparent` (and `tracestate`) to send with it."""
+        if not self.recording:
+            return UpstreamSpan(self.span, upstream_model)  # the traceparent of this span
         operation = operation_name(route)
         genai = _GENAI_PROVIDER.get(kind, kind)
         host, port = _server(base_url)
