@@ -487,3 +487,29 @@ def test_telemetry_is_off_by_default_and_the_endpoint_gets_the_traces_path(
         path.write_text(f'[telemetry]\notlp_endpoint = "{given}"\n')
         telemetry = load_config(path, environ={}).telemetry
         assert telemetry.traces_url == url and telemetry.sample_ratio == 1.0
+
+
+async def test_each_worker_exports_its_own_spans_and_flushes_them_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    from tests.gateway.test_cli import _env, _gateway, _start, _stop
+
+    async with otlp_receiver() as receiver:
+        config = tmp_path / "gateway.toml"
+        config.write_text(
+            "[server]\naccess_log = false\n"
+            # Nothing is sent before the shutdown: only its flush can deliver the spans.
+            f'[telemetry]\notlp_endpoint = "{receiver.url}"\nexport_delay_s = 3600\n'
+        )
+        args = _gateway("serve", "--workers", "2", "--config", str(config))
+        process, url = await _start(args, _env(tmp_path, PYTHONPATH=str(REPO)), tmp_path)
+        try:
+            # A new connection per request, so that SO_REUSEPORT spreads them over both workers
+            async with httpx.AsyncClient(base_url=url, headers={"Connection": "close"}) as client:
+                ids = [(await client.get("/livez")).headers["x-request-id"] for _ in range(40)]
+            assert receiver.spans() == []
+        finally:
+            assert await _stop(process) == 0
+        spans = [s for s in receiver.spans() if s.name == "GET /livez"]
+    assert sorted(s.attributes["gateway.request_id"] for s in spans) == sorted(ids)
+    assert len({s.resource["service.instance.id"] for s in spans}) == 2  # two providers
