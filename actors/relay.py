@@ -123,6 +123,7 @@ class Resume:
     body: bytes
     api_key: str | None
     carried: int = 0  # completion tokens the legs before produced (for the client's usage)
+    trace: bytes = b""  # header lines sent with it (the attempt's traceparent, as the first leg)
 
 
 ResumeFrom = Callable[[UpstreamError], Awaitable["Resume | None"]]
@@ -385,7 +386,7 @@ class StreamRelay(Actor):
             frames.resume(there.carried)
             try:
                 async with there.client.stream(
-                    there.path, there.body, api_key=there.api_key
+                    there.path, there.body, api_key=there.api_key, trace=there.trace
                 ) as response:
                     return await self._run(response)
             except UpstreamError as exc:  # the continuation failed before its first byte

@@ -292,4 +292,11 @@ class _Failover:
         self.prompt_bytes = len(body)
         self.frames_before = self.sink.frames_sent
         client = self.deps.upstreams.get(deployment.provider.name)
-        return Resume(client, "chat/completions", body, call.own_key, carried=produced)
+        return Resume(
+            client,
+            "chat/completions",
+            body,
+            call.own_key,
+            carried=produced,
+            trace=call.trace_headers,  # the attempt's span goes on (gateway/telemetry/)
+        )

@@ -513,3 +513,43 @@ async def test_each_worker_exports_its_own_spans_and_flushes_them_at_shutdown(
         spans = [s for s in receiver.spans() if s.name == "GET /livez"]
     assert sorted(s.attributes["gateway.request_id"] for s in spans) == sorted(ids)
     assert len({s.resource["service.instance.id"] for s in spans}) == 2  # two providers
+
+
+async def test_embeddings_are_traced_as_their_operation(tmp_path: Path) -> None:
+    async with traced(tmp_path) as (rig, receiver):
+        r = await rig.gateway.client.post(
+            "/v1/embeddings",
+            json={"model": "embed", "input": "hello"},
+            headers=rig.gateway.auth(rig.key),
+        )
+        assert r.status_code == 200, r.text
+        spans = await trace_of(rig, receiver, r.headers["x-request-id"])
+        sent = [q for q in rig.upstream.requests if q.path.endswith("/embeddings")][-1].headers
+    server = one(spans, "POST /v1/embeddings")
+    assert server.attributes["gen_ai.operation.name"] == "embeddings"
+    assert server.attributes["gen_ai.usage.input_tokens"] == r.json()["usage"]["prompt_tokens"]
+    upstream = one(spans, "embeddings sim-embed")
+    assert upstream.kind == CLIENT and upstream.parent_span_id == server.span_id
+    assert sampled(sent["traceparent"]) == (server.trace_id, upstream.span_id)
+
+
+async def test_a_collector_that_is_down_costs_spans_never_requests(tmp_path: Path) -> None:
+    async with fresh_database_url("sqlite", tmp_path) as url:
+        toml = """
+[telemetry]
+otlp_endpoint = "http://127.0.0.1:1"
+export_delay_s = 0.01
+export_timeout_s = 0.5
+"""
+        with trio.fail_after(30):  # the shutdown's last export gives up within its timeout
+            async with inference_rig(url, tmp_path, extra_toml=toml) as rig:
+                for stream in (False, True, False):
+                    r = await rig.chat(
+                        {
+                            "model": "small",
+                            "messages": [{"role": "user", "content": "hi"}],
+                            "stream": stream,
+                        }
+                    )
+                    assert r.status_code == 200, r.text
+                    assert "traceparent" in upstream_headers(rig)
