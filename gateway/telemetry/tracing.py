@@ -57,6 +57,10 @@ MAX_TRACEPARENT = 256
 MAX_TRACESTATE = 4096
 _PROPAGATOR = TraceContextTextMapPropagator()
 _EMPTY = Context()
+# HTTP methods a span is named after; any other is `_OTHER` (HTTP conventions).
+_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
 # GenAI's `gen_ai.provider.name` for each provider kind (the kind itself where the conventions
 # name no value: ollama, vllm).
 _GENAI_PROVIDER = {"openai": "openai", "anthropic": "anthropic", "cohere": "cohere"}
@@ -105,18 +109,22 @@ class Tracing:
         """The server span of one HTTP request, child of the client's `traceparent` when it
         sent a valid one (an invalid one is ignored: a new trace)."""
         parent = incoming_context(scope.get("headers"))
+        method = ctx.method if ctx.method in _METHODS else "_OTHER"
+        attributes = {
+            "http.request.method": method,
+            "url.path": redact(ctx.path),
+            "url.scheme": str(scope.get("scheme") or "http"),
+            "gateway.request_id": ctx.request_id,
+        }
+        if method != ctx.method:  # the conventions: names stay few, the original is kept
+            attributes["http.request.method_original"] = ctx.method[:64]
         span = self.tracer.start_span(
-            ctx.method,  # named after its route once routed (`finish`)
+            method,  # named after its route once routed (`finish`)
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={
-                "http.request.method": ctx.method,
-                "url.path": redact(ctx.path),
-                "url.scheme": str(scope.get("scheme") or "http"),
-                "gateway.request_id": ctx.request_id,
-            },
+            attributes=attributes,
         )
-        return RequestTrace(self, span)
+        return RequestTrace(self, span, method)
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Export every span ended so far (blocking: tests, and `shutdown`)."""
@@ -163,15 +171,17 @@ class RequestTrace:
         "_tracing",
         "finish_reasons",
         "ids",
+        "method",
         "params",
         "recording",
         "request_model",
         "span",
     )
 
-    def __init__(self, tracing: Tracing, span: Span) -> None:
+    def __init__(self, tracing: Tracing, span: Span, method: str) -> None:
         self._tracing = tracing
         self.span = span
+        self.method = method
         # Not sampled: no child span is made (each would be a non-recording one, for nothing);
         # the upstream still gets a traceparent, naming this span, flagged unsampled.
         self.recording = span.is_recording()
@@ -253,7 +263,7 @@ class RequestTrace:
         if span.is_recording():
             route = ctx.route
             if route is not None:
-                span.update_name(f"{ctx.method} {route}")
+                span.update_name(f"{self.method} {route}")
                 span.set_attribute("http.route", route)
             span.set_attribute("http.response.status_code", status)
             _set_optional(

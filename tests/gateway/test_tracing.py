@@ -553,3 +553,18 @@ export_timeout_s = 0.5
                     )
                     assert r.status_code == 200, r.text
                     assert "traceparent" in upstream_headers(rig)
+
+
+async def test_an_unknown_method_or_path_names_no_new_span(tmp_path: Path) -> None:
+    async with traced(tmp_path) as (rig, receiver):
+        odd = await rig.gateway.client.request("PROPFIND", "/v1/chat/completions")
+        lost = await rig.gateway.client.get(f"/v1/nothing/{'x' * 50}")
+        assert odd.status_code >= 400 and lost.status_code == 404
+        odd_spans = await trace_of(rig, receiver, odd.headers["x-request-id"])
+        lost_spans = await trace_of(rig, receiver, lost.headers["x-request-id"])
+    server = one(odd_spans, "_OTHER")  # not routed (405): the method alone
+    assert server.attributes["http.request.method"] == "_OTHER"
+    assert server.attributes["http.request.method_original"] == "PROPFIND"
+    server = one(lost_spans, "GET")  # no route: the method alone, the path as an attribute
+    assert "http.route" not in server.attributes
+    assert server.attributes["url.path"] == f"/v1/nothing/{'x' * 50}"
