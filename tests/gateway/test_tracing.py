@@ -568,3 +568,25 @@ async def test_an_unknown_method_or_path_names_no_new_span(tmp_path: Path) -> No
     server = one(lost_spans, "GET")  # no route: the method alone, the path as an attribute
     assert "http.route" not in server.attributes
     assert server.attributes["url.path"] == f"/v1/nothing/{'x' * 50}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_anthropic_upstream_is_named_by_its_conventions(
+    tmp_path: Path, stream: bool
+) -> None:
+    async with traced(tmp_path) as (rig, receiver):
+        r = await rig.chat(
+            {"model": "haiku", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+        )
+        assert r.status_code == 200, r.text
+        spans = await trace_of(rig, receiver, r.headers["x-request-id"])
+        sent = [q for q in rig.upstream.requests if q.path.endswith("/messages")][-1].headers
+    if stream:
+        reason = [c["choices"][0]["finish_reason"] for c in chunks(r.text) if c["choices"]][-1]
+    else:
+        reason = r.json()["choices"][0]["finish_reason"]
+    upstream = one(spans, "chat claude-haiku")
+    assert upstream.attributes["gen_ai.provider.name"] == "anthropic"
+    assert upstream.attributes["gen_ai.response.finish_reasons"] == [reason]
+    assert upstream.attributes["gen_ai.usage.output_tokens"] > 0
+    assert sampled(sent["traceparent"]) == (upstream.trace_id, upstream.span_id)
