@@ -69,6 +69,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError("must be from 0 to 1")
+    return value
+
+
 def _at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -149,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     tracing.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
     tracing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
     tracing.add_argument(
-        "--sample-ratio", type=float, default=1.0, help="[telemetry] sample_ratio (default 1)"
+        "--sample-ratio", type=_ratio, default=1.0, help="[telemetry] sample_ratio (default 1)"
     )
     tracing.add_argument("--out", type=Path, help="write bench.csv here")
 
