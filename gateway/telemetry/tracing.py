@@ -187,8 +187,11 @@ class RequestTrace:
         self.recording = span.is_recording()
         self._parent = set_span_in_context(span)
         context = span.get_span_context()
-        # For the log lines written while serving it (gateway/logs.py TRACE_IDS).
-        self.ids = (f"{context.trace_id:032x}", f"{context.span_id:016x}")
+        # For the log lines written while serving it (gateway/logs.py TRACE_IDS); None when
+        # the SDK made no span at all (OTEL_SDK_DISABLED=true: its invalid all-zero ids).
+        self.ids = (
+            (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
+        )
         self.request_model: str | None = None  # the model the client asked for
         self.params: dict[str, int | float] = {}  # gen_ai.request.* the client set
         self.finish_reasons: list[str] = []  # the answer's, when the route read them
@@ -328,6 +331,9 @@ class UpstreamSpan:
         self.model = model
         self.began = time.perf_counter()
         context = span.get_span_context()
+        if not context.is_valid:  # OTEL_SDK_DISABLED: nothing to propagate
+            self.headers = b""
+            return
         line = f"traceparent: 00-{context.trace_id:032x}-{context.span_id:016x}"
         line += f"-{int(context.trace_flags):02x}\r\n"
         state = context.trace_state.to_header() if context.trace_state else ""

@@ -590,3 +590,15 @@ async def test_an_anthropic_upstream_is_named_by_its_conventions(
     assert upstream.attributes["gen_ai.response.finish_reasons"] == [reason]
     assert upstream.attributes["gen_ai.usage.output_tokens"] > 0
     assert sampled(sent["traceparent"]) == (upstream.trace_id, upstream.span_id)
+
+
+async def test_the_sdks_own_off_switch_sends_no_invalid_traceparent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")  # the SDK hands out non-recording spans
+    async with traced(tmp_path) as (rig, receiver):
+        r = await rig.chat({"model": "small", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        await flushed(rig.gateway.runtime.tracing)
+        assert "traceparent" not in upstream_headers(rig)
+        assert receiver.spans() == []
