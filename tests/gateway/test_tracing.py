@@ -342,13 +342,14 @@ async def test_errors_mark_their_spans(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
+def log_lines() -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """(access lines, application lines), as the gateway writes them."""
     root, access = logging.getLogger(), logging.getLogger("gateway.access")
     saved = (root.handlers[:], root.level, access.handlers[:], access.propagate)
-    stdout = io.StringIO()
-    setup_logging("INFO", stdout=stdout, stderr=io.StringIO())
+    stdout, stderr = io.StringIO(), io.StringIO()
+    setup_logging("INFO", stdout=stdout, stderr=stderr)
     try:
-        yield stdout
+        yield stdout, stderr
     finally:
         logging.captureWarnings(False)
         root.handlers[:], access.handlers[:] = saved[0], saved[2]
@@ -357,13 +358,16 @@ def log_lines() -> Iterator[io.StringIO]:
 
 
 async def test_log_lines_carry_the_requests_trace_and_span_ids(
-    tmp_path: Path, log_lines: io.StringIO
+    tmp_path: Path, log_lines: tuple[io.StringIO, io.StringIO]
 ) -> None:
     async with traced(tmp_path) as (rig, receiver):
         r = await rig.chat({"model": "small", "messages": [{"role": "user", "content": "hi"}]})
         spans = await trace_of(rig, receiver, r.headers["x-request-id"])
+        # An application line inside a request: a key refused by the provider is logged.
+        down = await rig.chat({"model": "gone", "messages": [{"role": "user", "content": "x"}]})
+        down_spans = await trace_of(rig, receiver, down.headers["x-request-id"])
     server = one(spans, "POST /v1/chat/completions")
-    lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
+    lines = [json.loads(line) for line in log_lines[0].getvalue().splitlines()]
     access = [e for e in lines if e.get("request_id") == r.headers["x-request-id"]]
     assert access and all(e["logger"] == "gateway.access" for e in access)
     assert access[0]["trace_id"] == server.trace_id
@@ -371,6 +375,17 @@ async def test_log_lines_carry_the_requests_trace_and_span_ids(
     # Lines of other requests (the rig's own set-up calls) have their own trace ids.
     others = [e for e in lines if e.get("request_id") not in (None, r.headers["x-request-id"])]
     assert others and all(e["trace_id"] not in (None, server.trace_id) for e in others)
+    down_server = one(down_spans, "POST /v1/chat/completions")
+    application = [json.loads(line) for line in log_lines[1].getvalue().splitlines()]
+    failed = [e for e in application if e["request_id"] == down.headers["x-request-id"]]
+    assert failed and failed[0]["message"].startswith("upstream failed on POST")
+    assert (failed[0]["trace_id"], failed[0]["span_id"]) == (
+        down_server.trace_id,
+        down_server.span_id,
+    )
+    # Lines outside requests (start-up, background actors) have none.
+    outside = [e for e in application if e["request_id"] is None]
+    assert outside and all(e["trace_id"] is None and e["span_id"] is None for e in outside)
 
 
 _OFF_SCRIPT = """
