@@ -164,7 +164,8 @@ def incoming_context(headers: object) -> Context:
 
 class RequestTrace:
     """One request's server span and the steps under it. Sites check `ctx.trace` for None
-    and then call these; with an unsampled request the spans are non-recording and cheap."""
+    and then call these; an unsampled request's server span is non-recording and it makes no
+    child span at all (`recording`)."""
 
     __slots__ = (
         "_parent",
