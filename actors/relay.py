@@ -91,6 +91,10 @@ class OpenAIFrames:
     def finished(self) -> bool:
         return self._relay.finished
 
+    @property
+    def finish_reason(self) -> str | None:
+        return self._relay.finish_reason
+
     def feed(self, event: SSEEvent) -> list[bytes]:
         if event.data == "[DONE]":
             return []
@@ -119,6 +123,7 @@ class Resume:
     body: bytes
     api_key: str | None
     carried: int = 0  # completion tokens the legs before produced (for the client's usage)
+    trace: bytes = b""  # header lines sent with it (the attempt's traceparent, as the first leg)
 
 
 ResumeFrom = Callable[[UpstreamError], Awaitable["Resume | None"]]
@@ -181,6 +186,7 @@ class StreamRelays:
         on_cut: Callable[[], None] | None = None,
         model: str | None = None,
         resume: ResumeFrom | None = None,
+        trace: bytes = b"",
     ) -> None:
         """Relay `path`'s stream into `sink` under the supervisor; return once it ended.
         Before the upstream's head arrived (2xx), upstream failures are raised (the caller
@@ -189,7 +195,9 @@ class StreamRelays:
         for its end. `idle_s`: upstream silence before a keep-alive; `api_key`: the org's own
         key (bring-your-own-key); `on_cut` is called when `cut()` ended the stream; `model`
         labels the relay in the actor tree; `resume`: where a stream that broke after its
-        first byte goes on (stream failover), instead of ending with the error frame."""
+        first byte goes on (stream failover), instead of ending with the error frame; `trace`:
+        header lines sent upstream with the first leg (its `traceparent`: the relay's task does
+        not share the request's context, so the caller hands it over)."""
         self._numbered += 1
         relay = StreamRelay(
             f"stream-{self._numbered}", self, client, path, body, frames, sink, api_key, on_cut
@@ -197,6 +205,7 @@ class StreamRelays:
         relay.model = model
         relay.resume = resume
         relay.idle_s = idle_s
+        relay.trace = trace
         child = await self.supervisor.start(relay, policy=_TEMPORARY)
         try:
             await child.exited.wait()
@@ -257,6 +266,7 @@ class StreamRelay(Actor):
         self.on_cut = on_cut
         self.model: str | None = None
         self.resume: ResumeFrom | None = None
+        self.trace = b""  # the first leg's trace header lines
         self.legs = 1  # upstream streams this answer took (more after a failover)
         self.bytes = 0
         self.chunks = 0
@@ -277,7 +287,9 @@ class StreamRelay(Actor):
         its end. After `started()`, upstream failures end the stream with an error frame and
         `[DONE]`. Being cancelled (the client left) closes the upstream response at once."""
         stats = self.relays.stats
-        async with self.client.stream(self.path, self.body, api_key=self.api_key) as response:
+        async with self.client.stream(
+            self.path, self.body, api_key=self.api_key, trace=self.trace
+        ) as response:
             task_status.started()
             stats.active += 1
             try:
@@ -374,7 +386,7 @@ class StreamRelay(Actor):
             frames.resume(there.carried)
             try:
                 async with there.client.stream(
-                    there.path, there.body, api_key=there.api_key
+                    there.path, there.body, api_key=there.api_key, trace=there.trace
                 ) as response:
                     return await self._run(response)
             except UpstreamError as exc:  # the continuation failed before its first byte

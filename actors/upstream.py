@@ -92,13 +92,14 @@ class UpstreamClient:
         return f"<UpstreamClient {self.name} ({self.kind}) in_flight={self.stats.in_flight}>"
 
     async def post_json(
-        self, path: str, body: bytes, *, api_key: str | None = None
+        self, path: str, body: bytes, *, api_key: str | None = None, trace: bytes = b""
     ) -> tuple[bytes, ResponseHead]:
         """POST and read the whole answer, with its head (whose `headers` are decoded only
         when read); non-2xx raises UpstreamStatusError, a body over
         `max_response_bytes` UpstreamMalformed. `api_key` replaces the configured key for
-        this call (bring-your-own-key). Cancellation closes the request's connection."""
-        return await self._fetch("POST", path, body, api_key)
+        this call (bring-your-own-key); `trace`: header lines sent as well (the call's W3C
+        `traceparent`, gateway/telemetry/). Cancellation closes the request's connection."""
+        return await self._fetch("POST", path, body, api_key, trace)
 
     async def get_json(self, path: str, *, api_key: str | None = None) -> bytes:
         """GET and read the whole answer (e.g. `models`, to check a key); non-2xx raises
@@ -111,7 +112,7 @@ class UpstreamClient:
         return (await self._fetch("DELETE", path, b"", api_key))[0]
 
     async def _fetch(
-        self, method: str, path: str, body: bytes, api_key: str | None
+        self, method: str, path: str, body: bytes, api_key: str | None, trace: bytes = b""
     ) -> tuple[bytes, ResponseHead]:
         """The JSON calls' path: `_request` without its context managers (the hot path)."""
         stats = self.stats
@@ -120,6 +121,8 @@ class UpstreamClient:
         try:
             with mapped_errors(self.name):
                 headers = self._headers_for("application/json", api_key)
+                if trace:
+                    headers += trace
                 return await self.pool.fetch(method, "/" + path, headers, body, self._read_all)
         except UpstreamError:
             stats.errors += 1
@@ -138,12 +141,13 @@ class UpstreamClient:
         *,
         accept: str = "text/event-stream",
         api_key: str | None = None,
+        trace: bytes = b"",
     ) -> AbstractAsyncContextManager[Response]:
         """POST and yield the response once its headers arrived (2xx only); the body is read
         by the caller. Leaving the block closes the response — before its end, that closes
         the connection, which is what stops the provider generating. `api_key` replaces the
-        configured key for this call."""
-        return self._request("POST", path, body, accept, api_key)
+        configured key for this call; `trace` as for `post_json`."""
+        return self._request("POST", path, body, accept, api_key, trace)
 
     def post_streamed(
         self,
@@ -193,13 +197,21 @@ class UpstreamClient:
 
     @asynccontextmanager
     async def _request(
-        self, method: str, path: str, body: bytes, accept: str, api_key: str | None
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        accept: str,
+        api_key: str | None,
+        trace: bytes = b"",
     ) -> AsyncIterator[Response]:
         self.stats.requests += 1
         self.stats.in_flight += 1
         try:
             with mapped_errors(self.name):
                 headers = self._headers_for(accept, api_key)
+                if trace:
+                    headers += trace
                 async with self.pool.request(method, "/" + path, headers, body) as response:
                     await self._check_status(response, self.stats)
                     yield response

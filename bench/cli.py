@@ -21,7 +21,13 @@ import trio
 from bench.audio import AudioOptions, run_audio
 from bench.audio import report_json as audio_report
 from bench.audio import table as audio_table
-from bench.compare import compare_billing, compare_events, compare_guardrails, compare_revision
+from bench.compare import (
+    compare_billing,
+    compare_events,
+    compare_guardrails,
+    compare_revision,
+    compare_tracing,
+)
 from bench.failover import DEFAULT_FAULT, run_failover
 from bench.files import PURPOSES, FilesOptions, report_json, run_files, table
 from bench.http_client import Endpoint
@@ -35,6 +41,7 @@ from bench.report import (
     guardrails_overhead,
     head_against_base,
     terminal_table,
+    tracing_overhead,
     workers_scaling,
     write_csv,
     write_plots,
@@ -59,6 +66,13 @@ def _positive(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError("must be from 0 to 1")
     return value
 
 
@@ -133,6 +147,18 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
     events.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
     events.add_argument("--out", type=Path, help="write bench.csv here")
+
+    tracing = commands.add_parser(
+        "tracing",
+        help="OpenTelemetry tracing on (every request, to a local stand-in collector) and off "
+        "loaded at the same time on one CPU: what tracing costs",
+    )
+    tracing.add_argument("--concurrency", type=_concurrency, default=(64,), metavar="64")
+    tracing.add_argument("--duration", type=_positive, default=10.0, help="seconds per mode")
+    tracing.add_argument(
+        "--sample-ratio", type=_ratio, default=1.0, help="[telemetry] sample_ratio (default 1)"
+    )
+    tracing.add_argument("--out", type=Path, help="write bench.csv here")
 
     compare = commands.add_parser(
         "compare",
@@ -236,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--direct-model", help="model for --direct-url (default: --model)")
     run.add_argument("--out", type=Path, help="write bench.csv and PNG plots here")
 
-    for sub in (suite, billing, guardrails, events, compare, ratelimit, failover, run):
+    for sub in (suite, billing, guardrails, events, tracing, compare, ratelimit, failover, run):
         sub.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds first")
         sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return parser
@@ -403,6 +429,14 @@ def main(argv: list[str] | None = None) -> int:
                 "guardrails": compare_guardrails,
             }[args.command]
             rows = trio.run(both, options)
+        elif args.command == "tracing":
+            options = SuiteOptions(
+                concurrency=args.concurrency,
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                progress=not args.no_progress,
+            )
+            rows, sides = trio.run(compare_tracing, options, args.sample_ratio)
         elif args.command == "ratelimit":
             options = SuiteOptions(
                 concurrency=(args.concurrency,),
@@ -442,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     print(billing_overhead(rows), end="")
     print(events_overhead(rows), end="")
     print(guardrails_overhead(rows), end="")
+    print(tracing_overhead(rows), end="")
     print(head_against_base(rows), end="")
     print(sides, end="")
     if args.out is not None:

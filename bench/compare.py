@@ -19,6 +19,7 @@ from pathlib import Path
 import trio
 
 from bench.load import Measured, Scenario
+from bench.otlp_sink import OtlpSink, serve_otlp_sink
 from bench.processes import SuiteError, raise_fd_limit
 from bench.report import Row
 from bench.revision import Revision
@@ -37,6 +38,7 @@ BILLING_ON, BILLING_OFF = "billing-on", "billing-off"
 BASE, HEAD = "base", "head"
 EVENTS_ALL, EVENTS_NONE = "events-all", "events-none"
 GUARDRAILS_ON, GUARDRAILS_OFF = "pii-guardrail", "no-plugins"
+TRACING_ON, TRACING_OFF = "tracing-on", "tracing-off"
 # A PII guardrail on every model, on the request and on the answer (JSON and streamed).
 PII_GUARDRAIL = """
 [[guardrails]]
@@ -137,6 +139,25 @@ async def compare_guardrails(options: SuiteOptions) -> list[Row]:
     return await compare_sides(
         (Side(GUARDRAILS_ON, extra_toml=PII_GUARDRAIL), Side(GUARDRAILS_OFF)), options
     )
+
+
+async def compare_tracing(
+    options: SuiteOptions, sample_ratio: float = 1.0
+) -> tuple[list[Row], str]:
+    """OpenTelemetry tracing on (`sample_ratio` of the requests sampled, exported to a local
+    stand-in collector, bench/otlp_sink.py) against off, this tree's gateway on both sides
+    (`bench tracing`; report.tracing_overhead); and a line saying what the collector got."""
+    async with trio.open_nursery() as nursery:
+        sink: OtlpSink = await nursery.start(serve_otlp_sink)
+        toml = f'''
+[telemetry]
+otlp_endpoint = "{sink.url}"
+sample_ratio = {sample_ratio}
+'''
+        rows = await compare_sides((Side(TRACING_ON, extra_toml=toml), Side(TRACING_OFF)), options)
+        nursery.cancel_scope.cancel()
+    line = f"collector: {sink.requests} exports, {sink.bytes / 1e6:.1f} MB of spans\n"
+    return rows, line
 
 
 async def compare_revision(base: Revision, options: SuiteOptions) -> list[Row]:

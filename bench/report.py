@@ -208,6 +208,11 @@ def guardrails_overhead(results: Sequence[Row]) -> str:
     )
 
 
+def tracing_overhead(results: Sequence[Row]) -> str:
+    """`tracing-on` against `tracing-off` rows (`bench tracing`), per mode."""
+    return side_by_side(results, "tracing-on", "tracing-off", labels=("tracing on", "tracing off"))
+
+
 def head_against_base(results: Sequence[Row]) -> str:
     """`head` against `base` rows (`bench compare`), per mode."""
     return side_by_side(results, "head", "base")

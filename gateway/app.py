@@ -63,4 +63,5 @@ def create_app(runtime: Runtime, extra: Sequence[Routes] = (), worker: Worker = 
         runtime.metrics,
         log_requests=server.access_log,
         on_finish=(completions.finished,),
+        tracing=runtime.tracing,
     )

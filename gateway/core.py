@@ -15,6 +15,7 @@ closed by the runtime (gateway/runtime.py), around the supervisor's nursery.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from actors.accountant import Accountant
 from actors.credentials import CredentialEpochWatcher, LastUsedRecorder
@@ -39,6 +40,9 @@ from services.keyring import KeyringWatch, WatchedBox
 from services.provider_keys import ProviderKeyResolver
 from storage.open import Storage
 
+if TYPE_CHECKING:  # the OpenTelemetry SDK: imported only when tracing is on
+    from gateway.telemetry.tracing import Tracing
+
 
 @dataclass(frozen=True)
 class Core:
@@ -61,6 +65,7 @@ class Core:
     payments: PaymentProcessor
     shared_holds: SharedHolds | None  # holds across instances (Redis), None without it
     event_writer: EventWriter  # hot-path events (completion.*), written in batches
+    tracing: Tracing | None  # `[telemetry]` with an endpoint (gateway/telemetry/)
 
     def box(self, purpose: str) -> WatchedBox:
         """A box under the master key for `purpose` that refuses once the key is retired (a
@@ -79,6 +84,7 @@ async def start_core(
     shared_holds: SharedHolds | None,
     upstreams: Upstreams,
     payments: PaymentProcessor,
+    tracing: Tracing | None,
     cache_poll_interval: float,
     last_used_interval: float,
 ) -> Core:
@@ -153,6 +159,7 @@ async def start_core(
         payments=payments,
         shared_holds=shared_holds,
         event_writer=event_writer,
+        tracing=tracing,
     )
 
 

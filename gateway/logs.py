@@ -1,15 +1,17 @@
 """Logging: every line is one JSON object of one shape, the access log's and everyone else's.
 
     {"timestamp": "2026-11-27T14:24:44.123Z", "level": "INFO", "logger": "gateway.access",
-     "message": "...", "request_id": "req_..." | null, "trace_id": null, ...}
+     "message": "...", "request_id": "req_..." | null, "trace_id": "4bf9..." | null,
+     "span_id": "00f0..." | null, ...}
 
 `request_id` is the request's (`x-request-id`) on any line logged while serving it: the request
 middleware sets `REQUEST_ID` (a context variable: Trio gives each task its own context, and
-tasks started from a request's task inherit it). `trace_id` is reserved for OpenTelemetry and
-is null until tracing lands. An exception's traceback is the `exception` field. Access lines
-(`AccessLine`) add their own fields beside these (docs/operations.md, "Logs"). Anything shaped
-like one of our credentials is masked (`redact`) in the message and the traceback. Access
-lines go to stdout, the rest to stderr, as before.
+tasks started from a request's task inherit it). With tracing on (`[telemetry]`,
+gateway/telemetry/), `trace_id` and `span_id` are those of the request's server span
+(`TRACE_IDS`, set the same way), null otherwise. An exception's traceback is the `exception`
+field. Access lines (`AccessLine`) add their own fields beside these (docs/operations.md,
+"Logs"). Anything shaped like one of our credentials is masked (`redact`) in the message and
+the traceback. Access lines go to stdout, the rest to stderr, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import msgspec
 
 # The request being served by the current task (gateway/web/middleware.py), or None.
 REQUEST_ID: ContextVar[str | None] = ContextVar("gateway_request_id", default=None)
+# Its trace and server span ids (hex), when tracing is on (gateway/web/middleware.py).
+TRACE_IDS: ContextVar[tuple[str, str] | None] = ContextVar("gateway_trace_ids", default=None)
 
 # Organizations' keys are base62 after their prefix; an operator key may hold any bearer-token
 # character (GATEWAY_OPERATOR_KEY is chosen by the operator).
@@ -62,13 +66,15 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         msg = record.msg
         access = msg if isinstance(msg, AccessLine) else None
+        ids = TRACE_IDS.get()
         entry: dict[str, object] = {
             "timestamp": _timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": access.summary if access is not None else redact(record.getMessage()),
             "request_id": REQUEST_ID.get(),
-            "trace_id": None,
+            "trace_id": None if ids is None else ids[0],
+            "span_id": None if ids is None else ids[1],
         }
         if access is not None:
             entry.update(access.fields)

@@ -3,7 +3,8 @@ opened on it (`_open_areas`: one line per area).
 
 `open_runtime` is entered once per process (per worker) and owns the root nursery; leaving it
 stops every actor (they get a bounded, shielded moment to flush), then closes what the areas
-own (the blob store), then the upstream pools, Redis clients and the database.
+own (the blob store), then the upstream pools, Redis clients and the database, and last the
+tracer (gateway/telemetry/: the spans still queued are sent).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from gateway.mirror.area import open_mirror
 from gateway.provider_keys.area import open_provider_keys
 from gateway.rerank.area import open_rerank
 from gateway.responses.area import open_responses
+from gateway.telemetry.setup import open_tracing
 from gateway.usage.area import open_usage
 from gateway.webhooks.area import open_webhooks
 from protocol.credentials import CredentialHasher
@@ -95,6 +97,8 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     master_key = load_master_key(config.master_key, config.data_dir)
     async with (
+        # Outermost: shut down (its queued spans sent) once everything else stopped.
+        open_tracing(config.telemetry) as tracing,
         open_storage(config.database_url, timeout_s=config.database.statement_timeout_s) as storage,
         open_rate_limiter(config.redis_url, settings=config.actors["rate_limiter"]) as limiter,
         open_shared_holds(config.redis_url) as shared_holds,
@@ -118,6 +122,7 @@ async def open_runtime(
             shared_holds=shared_holds,
             upstreams=upstreams,
             payments=payments,
+            tracing=tracing,
             cache_poll_interval=cache_poll_interval,
             last_used_interval=last_used_interval,
         )

@@ -238,6 +238,7 @@ class StreamTranslator:
         self.include_usage = include_usage
         self.usage: Usage | None = None
         self.finished = False
+        self.finish_reason: str | None = None  # the answer's, once it finished (tracing)
         self.saw_done = False  # `message_stop` seen
         self.id: str | None = None
         self.created = 0
@@ -279,7 +280,7 @@ class StreamTranslator:
             if parsed.delta.stop_reason is None:
                 return []
             self.finished = True
-            reason = _FINISH_REASONS.get(parsed.delta.stop_reason, "stop")
+            reason = self.finish_reason = _FINISH_REASONS.get(parsed.delta.stop_reason, "stop")
             tail = b',"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]}\n\n'
             return self._chunk({}, tail)
         if isinstance(parsed, _Error):

@@ -248,6 +248,7 @@ class ChunkRelay:
         self.include_usage = include_usage
         self.usage: Usage | None = None
         self.finished = False
+        self.finish_reason: str | None = None  # the last choice's to finish (tracing)
         self.saw_done = False
         self.id: str | None = None
         self.created = 0
@@ -361,7 +362,8 @@ class ChunkRelay:
         else:
             self.finished = True
             if type(reason) is str:
-                choice["finish_reason"] = _FINISH_ALIASES.get(reason, reason)
+                reason = choice["finish_reason"] = _FINISH_ALIASES.get(reason, reason)
+                self.finish_reason = reason
 
     def __repr__(self) -> str:
         return (

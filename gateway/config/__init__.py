@@ -18,6 +18,7 @@ from gateway.config.schema import (
     ModelConfig,
     ProviderConfig,
     ServerConfig,
+    TelemetryConfig,
     WebhooksConfig,
 )
 from gateway.config.values import redact_url
@@ -31,6 +32,7 @@ __all__ = [
     "ModelConfig",
     "ProviderConfig",
     "ServerConfig",
+    "TelemetryConfig",
     "WebhooksConfig",
     "load_config",
     "redact_url",

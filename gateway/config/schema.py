@@ -299,6 +299,47 @@ class FilesConfig(_Table, frozen=True):
         return self.pro_quota_bytes if plan == "pro" else self.free_quota_bytes
 
 
+class TelemetryConfig(_Table, frozen=True):
+    """`[telemetry]`: OpenTelemetry traces, exported with OTLP over HTTP (protobuf) to
+    `otlp_endpoint` (docs/operations.md, "Tracing"). Without an endpoint tracing is off and the
+    OpenTelemetry SDK is never imported."""
+
+    # The collector's base URL ("http://host:4318"; `/v1/traces` is added unless the URL ends
+    # with it). None: tracing is off.
+    otlp_endpoint: str | None = None
+    # Share of new traces sampled (a client's sampled or unsampled `traceparent` is followed
+    # instead). None: 1.0 with an endpoint; it applies only with one.
+    sample_ratio: Annotated[float, Meta(ge=0, le=1)] | None = None
+    service_name: NonEmpty = "gateway"  # the resource's `service.name`
+    # The batch span processor: how long spans wait to be sent together, the longest one
+    # export may take, and how many spans may wait (more are dropped, never blocking requests).
+    export_delay_s: Positive = 5.0
+    export_timeout_s: Positive = 10.0
+    max_queue_size: Annotated[int, Meta(ge=1, le=1_000_000)] = 2048
+    max_export_batch_size: Annotated[int, Meta(ge=1, le=1_000_000)] = 512
+
+    def __post_init__(self) -> None:
+        check_http_url(self, "otlp_endpoint")
+        if self.otlp_endpoint is None:
+            if self.sample_ratio is not None:
+                raise FieldProblem("sample_ratio", "applies only with otlp_endpoint")
+        elif self.sample_ratio is None:
+            force(self, "sample_ratio", 1.0)
+        if self.max_export_batch_size > self.max_queue_size:
+            raise FieldProblem("max_export_batch_size", "must not be more than max_queue_size")
+
+    def __repr__(self) -> str:
+        return safe_repr(self, frozenset(), frozenset({"otlp_endpoint"}))
+
+    @property
+    def traces_url(self) -> str | None:
+        """Where spans are posted: the endpoint with `/v1/traces` (unless it ends with it)."""
+        url = self.otlp_endpoint
+        if url is None or url.endswith("/v1/traces"):
+            return url
+        return url + "/v1/traces"
+
+
 class Config(_Table, frozen=True):
     source: str | None = None  # the file the config came from, or None for pure defaults
     # sqlite:///... or postgresql://... (postgres:// is normalised); empty: sqlite under data_dir
@@ -320,6 +361,7 @@ class Config(_Table, frozen=True):
     database: DatabaseConfig = DatabaseConfig()
     guardrails: tuple[GuardrailConfig, ...] = ()
     cache: CacheConfig = CacheConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
     # `[actors.<kind>]`: supervision and inbox knobs per actor kind (actors/settings.py).
     actors: Mapping[str, ActorSettings] = field(default_factory=lambda: dict(ACTOR_DEFAULTS))
     # GATEWAY_OPERATOR_KEY: the credentials of the instance-wide routes (`/v1/admin/*`); none:

@@ -48,6 +48,7 @@ _SUPPORTS_NAME = {
     "translation": "audio",
     "responses": "chat",
 }
+_BUDGET = {"gateway.admission": "budget"}  # the hold's span (gateway/telemetry/)
 # The `[[models]]` price of the capabilities billed per unit rather than per token.
 UNIT_PRICE_FIELDS = {
     "speech": "usd_per_1k_chars",
@@ -197,14 +198,14 @@ async def reserve(
 ) -> None:
     """With billing on, hold the request's maximum cost (402 when a budget of the key or the
     balance cannot). With the org's own provider key: nothing is held, never refused (a bill
-    of 0, for the usage row)."""
+    of 0, for the usage row). Traced, the hold is the request's `admission` span (budget)."""
     if deps.accountant is None:
         return
     if call.own_key is not None:
         await _own_key_bill(call, deps.accountant, capability)
         return
     assert price is not None and call.ctx.model is not None
-    call.bill = await open_bill(
+    hold = open_bill(
         deps.accountant,
         call.principal.org_id,
         price,
@@ -213,6 +214,12 @@ async def reserve(
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
+    trace = call.ctx.trace
+    if trace is None:
+        call.bill = await hold
+    else:
+        with trace.step("admission", **_BUDGET):
+            call.bill = await hold
 
 
 async def reserve_units(
@@ -231,7 +238,7 @@ async def reserve_units(
         await _own_key_bill(call, deps.accountant, capability)
         return
     assert unit_price is not None and call.ctx.model is not None
-    call.bill = await open_unit_bill(
+    hold = open_unit_bill(
         deps.accountant,
         call.principal.org_id,
         unit_price,
@@ -239,6 +246,12 @@ async def reserve_units(
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
+    trace = call.ctx.trace
+    if trace is None:
+        call.bill = await hold
+    else:
+        with trace.step("admission", **_BUDGET):
+            call.bill = await hold
 
 
 async def _own_key_bill(call: Call, accountant: Accountant, capability: str) -> None:

@@ -204,7 +204,12 @@ class Bill:
         )
         # Written when the request ends, with its completion event (gateway/inference/
         # completion_events.py): the request middleware's finish step releases it.
-        self._accountant.settle(self._reservation, charge, awaits_event=True)
+        trace = ctx.trace
+        if trace is None:
+            self._accountant.settle(self._reservation, charge, awaits_event=True)
+        else:  # the charge handed to the accountant (its write is batched, after the request)
+            with trace.step("settle", **{"gateway.cost_micros": micros}):
+                self._accountant.settle(self._reservation, charge, awaits_event=True)
         return micros
 
     def close(self) -> None:

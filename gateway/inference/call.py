@@ -27,7 +27,16 @@ class OwnKeys(InvalidKeyReporter, Protocol):
 
 
 class Call:
-    __slots__ = ("bill", "ctx", "failover", "first_byte_at", "own_key", "principal", "request")
+    __slots__ = (
+        "bill",
+        "ctx",
+        "failover",
+        "first_byte_at",
+        "own_key",
+        "principal",
+        "request",
+        "trace_headers",
+    )
 
     def __init__(self, request: Request) -> None:
         assert request.principal is not None  # every inference route needs a credential
@@ -44,6 +53,9 @@ class Call:
         # Set by routing for a model of several deployments: given what broke a stream after
         # its first byte, the deployment to continue it on, or None (stream failover).
         self.failover: Callable[[UpstreamError], Awaitable[ResolvedModel | None]] | None = None
+        # With tracing on: the current upstream attempt's `traceparent` header line(s), sent
+        # with its upstream request (gateway/inference/routing.py sets it per attempt).
+        self.trace_headers = b""
 
     async def find_own_key(self, keys: OwnKeys, provider: str) -> str | None:
         """The org's own key for `provider`, if it has one (then `own_key`, and noted on the

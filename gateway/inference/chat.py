@@ -45,6 +45,9 @@ class ChatCompletions:
         parsed = parse_chat_request(body)
         request = parsed.request
         call.ctx.stream = request.stream
+        trace = call.ctx.trace
+        if trace is not None:
+            trace.note_chat(request.model, request.output_limit, parsed.fields.get("temperature"))
         model, price = await admit_model(call, deps, request.model, capability="chat")
         fallbacks: list[ResolvedModel] = []
         if request.fallbacks or (model.route is not None and model.route.fallbacks):
@@ -149,8 +152,12 @@ class ChatCompletions:
         run: PluginRun | None,
     ) -> bytes:
         # An upstream failure propagates: the boundary maps it (gateway/web/errors.py).
-        content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+        content, _ = await client.post_json(
+            path, upstream_body, api_key=call.own_key, trace=call.trace_headers
+        )
         out, usage = chat_answer(content, model)
+        if call.ctx.trace is not None:
+            call.ctx.trace.note_answer(out)
         out = await flow.answer(run, out)  # output guardrails: a block is not billed
         call.charge(usage, price)
         return out
@@ -188,6 +195,10 @@ class ChatCompletions:
             )
         finally:
             call.first_byte_at = sink.opened_at
+            trace = call.ctx.trace
+            if trace is not None:
+                reason = getattr(frames, "finish_reason", None)
+                trace.finish_reasons = [reason] if isinstance(reason, str) else []
             cut = isinstance(guarded, GuardedStream) and guarded.cut is not None
             # What was relayed is accounted, reported usage when the upstream sent it,
             # otherwise an estimate (the client left, the stream broke, or a plugin cut it:
@@ -281,4 +292,11 @@ class _Failover:
         self.prompt_bytes = len(body)
         self.frames_before = self.sink.frames_sent
         client = self.deps.upstreams.get(deployment.provider.name)
-        return Resume(client, "chat/completions", body, call.own_key, carried=produced)
+        return Resume(
+            client,
+            "chat/completions",
+            body,
+            call.own_key,
+            carried=produced,
+            trace=call.trace_headers,  # the attempt's span goes on (gateway/telemetry/)
+        )

@@ -61,7 +61,9 @@ class Embeddings:
             upstream_body = rewrite_request(
                 body, model=deployment.upstream, force_include_usage=False
             )
-            content, _ = await client.post_json("embeddings", upstream_body, api_key=call.own_key)
+            content, _ = await client.post_json(
+                "embeddings", upstream_body, api_key=call.own_key, trace=call.trace_headers
+            )
             try:
                 out, usage = rewrite_model_in_object(content, deployment.id)
             except UpstreamMalformed as exc:  # valid HTTP, but not an embeddings list

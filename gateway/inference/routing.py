@@ -26,7 +26,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
@@ -44,6 +44,9 @@ from protocol.errors import (
 )
 from protocol.provider_keys import INVALID_PROVIDER_KEY
 from services.routing.balancer import Target
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK: imported only when tracing is on
+    from gateway.telemetry.tracing import RequestTrace
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.routing")
@@ -319,7 +322,11 @@ async def _timed(
     attempt: Callable[[ResolvedModel], Awaitable[T]],
 ) -> T:
     """`attempt(deployment)`, its duration on /metrics by provider and outcome: to its answer,
-    or to the head of a streamed one (the stream's own length is the client's)."""
+    or to the head of a streamed one (the stream's own length is the client's). With tracing
+    on, the attempt is the upstream call's CLIENT span (`_traced`)."""
+    trace = call.ctx.trace
+    if trace is not None:
+        attempt = partial(_traced, trace, call, attempt)
     metrics = deps.metrics
     if metrics is None:
         return await attempt(deployment)
@@ -333,6 +340,37 @@ async def _timed(
         raise
     answered = call.first_byte_at or trio.current_time()
     metrics.observe_attempt(deployment.provider.name, "ok", answered - began)
+    return result
+
+
+async def _traced(
+    trace: RequestTrace,
+    call: Call,
+    attempt: Callable[[ResolvedModel], Awaitable[T]],
+    deployment: ResolvedModel,
+) -> T:
+    """`attempt(deployment)` as the upstream call's span (`chat {model}`), its `traceparent`
+    sent upstream (`call.trace_headers`), its time to first byte (a stream's head; the whole
+    answer for JSON) and tokens recorded."""
+    provider = deployment.provider
+    span = trace.upstream(
+        call.ctx.route, provider.name, provider.kind, provider.base_url, deployment.upstream
+    )
+    call.trace_headers = span.headers
+    began = trio.current_time()
+    try:
+        result = await attempt(deployment)
+    except BaseException as exc:
+        span.end(None, None, exc)
+        raise
+    finally:
+        call.trace_headers = b""
+    first = call.first_byte_at
+    span.first_byte(
+        (first if first is not None and first >= began else trio.current_time()) - began
+    )
+    ctx = call.ctx
+    span.end(ctx.prompt_tokens, ctx.completion_tokens, finish_reasons=trace.finish_reasons)
     return result
 
 

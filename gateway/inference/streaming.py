@@ -63,6 +63,7 @@ async def relay_to_client(
                 on_cut=partial(_cut, call.ctx),
                 model=call.ctx.model,
                 resume=resume,
+                trace=call.trace_headers,
             )
         except UpstreamError as exc:
             if http.started:

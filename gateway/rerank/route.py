@@ -50,7 +50,9 @@ class Rerank:
         try:
             client = deps.upstreams.get(model.provider.name)
             body = adapter.request_body(ranking, model.upstream)
-            content, _ = await client.post_json(adapter.path, body, api_key=call.own_key)
+            content, _ = await client.post_json(
+                adapter.path, body, api_key=call.own_key, trace=call.trace_headers
+            )
             try:
                 upstream = adapter.parse_answer(content, pairs)
             except UpstreamMalformed as exc:

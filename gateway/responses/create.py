@@ -134,7 +134,9 @@ class CreateResponse:
     ) -> ResponseObject | dict[str, Any]:
         completed_at = self._deps.store.clock() // 1_000_000
         response: ResponseObject | dict[str, Any]
-        content, _ = await client.post_json(path, upstream_body, api_key=call.own_key)
+        content, _ = await client.post_json(
+            path, upstream_body, api_key=call.own_key, trace=call.trace_headers
+        )
         try:
             if is_native(model):
                 response, usage = native_response(content, skeleton, completed_at=completed_at)

@@ -9,6 +9,9 @@ protocol is acknowledged (Hypercorn sends it).
 
 A secret key's `rate_limit_rpm` is applied here, once per request, right after the scope check
 and before the handler (gateway/web/rate_limit.py): every route it may call counts.
+
+With tracing on (`ctx.trace`), authentication and the rate limit are the `auth` and
+`admission` spans of the request (gateway/telemetry/).
 """
 
 from __future__ import annotations
@@ -95,7 +98,12 @@ class WebApp:
                 ctx.key_id = f"operator:{fingerprint}"
             elif op.auth is not Auth.NONE:
                 assert self._auth is not None
-                principal = await self._auth.authenticate(request.header(b"authorization"))
+                trace = ctx.trace
+                if trace is None:
+                    principal = await self._auth.authenticate(request.header(b"authorization"))
+                else:
+                    with trace.step("auth"):
+                        principal = await self._auth.authenticate(request.header(b"authorization"))
                 ctx.org_id = principal.org_id
                 ctx.key_id = principal.key_id
                 request.principal = principal
@@ -104,7 +112,11 @@ class WebApp:
                 if op.scope is not None:
                     principal.require_scope(op.scope)
                 if self._limiter is not None:
-                    await admit(self._limiter, principal, request.headers)
+                    if trace is None:
+                        await admit(self._limiter, principal, request.headers)
+                    else:
+                        with trace.step("admission", **{"gateway.admission": "rate_limit"}):
+                            await admit(self._limiter, principal, request.headers)
             response = await route.handler(request)
             if response is not None:
                 request.started = True

@@ -5,13 +5,18 @@ scope; routes fill in what they learn (route, org, key, model, cost), and the er
 (gateway/web/errors.py) the error answered, for the `completion.error` event. A request that
 calls a provider with the organization's own key (bring-your-own-key) says so here (`own_key`),
 so that the error mapping can tell the provider refusing that key from any other failure.
+With tracing on, `trace` holds the request's spans; each step that makes a span checks it for
+None first (gateway/telemetry/).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # imports the OpenTelemetry SDK: only when tracing is on
+    from gateway.telemetry.tracing import RequestTrace
 
 SCOPE_KEY = "gateway.request"
 
@@ -65,6 +70,8 @@ class RequestContext:
     own_key: OwnKey | None = None  # set by admission when the org's own provider key is used
     deployment: str | None = None  # `<provider>/<upstream>` that answered (inference)
     attempts: int | None = None  # upstream attempts made (inference)
+    # The request's spans when tracing is on (gateway/telemetry/); None: tracing is off.
+    trace: RequestTrace | None = None
 
     def note_error(self, type: str, code: str | None, message: str) -> None:
         self.error_type = type

@@ -10,6 +10,11 @@ instead of the one sent (`logged_status`: a stream cut by shutdown is 503). Noth
 headers or bodies: no secret can reach the log. Observers (`on_finish`) see each finished
 request's context, final status and duration: that is where `completion.*` events are made
 (gateway/inference/completion_events.py).
+
+With tracing on (`tracing`, gateway/telemetry/) each request gets its server span here, child
+of the client's `traceparent` (the only header read, and only then), ended once the response
+ended (a stream's with its last byte), and its ids go on the request's log lines. Off, this
+costs one None check per request.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from gateway.logs import REQUEST_ID, AccessLine, redact
+from gateway.logs import REQUEST_ID, TRACE_IDS, AccessLine, redact
 from gateway.operations.metrics import Metrics
 from gateway.server.asgi import ASGIApp, Message, Receive, Scope, Send
 from gateway.web.context import SCOPE_KEY, RequestContext
 from protocol.ids import new_id
+
+if TYPE_CHECKING:  # the SDK: imported only when tracing is on
+    from gateway.telemetry.tracing import Tracing
 
 access_log = logging.getLogger("gateway.access")
 CLIENT_CLOSED = 499
@@ -41,8 +50,10 @@ class RequestMiddleware:
         *,
         log_requests: bool = True,
         on_finish: Sequence[FinishObserver] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
+        self._tracing = tracing
         self._metrics = metrics
         self._log_requests = log_requests
         self._on_finish = tuple(on_finish)
@@ -73,13 +84,24 @@ class RequestMiddleware:
                 await send(message)
 
         token = REQUEST_ID.set(ctx.request_id)  # on every log line while it is served
+        if self._tracing is None:
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                self._finish(ctx)
+                REQUEST_ID.reset(token)
+            return
+        trace = ctx.trace = self._tracing.begin(scope, ctx)
+        ids = TRACE_IDS.set(trace.ids)
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self._finish(ctx)
+            trace.finish(ctx, self._finish(ctx))
+            TRACE_IDS.reset(ids)
             REQUEST_ID.reset(token)
 
-    def _finish(self, ctx: RequestContext) -> None:
+    def _finish(self, ctx: RequestContext) -> int:
+        """Metrics, observers and the access line; the status logged."""
         seconds = time.perf_counter() - ctx.started
         status = ctx.status if ctx.response_complete and ctx.status else CLIENT_CLOSED
         if ctx.logged_status is not None:
@@ -110,6 +132,7 @@ class RequestMiddleware:
                 "cost_usd": ctx.cost_usd,
             }
             access_log.info(AccessLine(fields, f"{ctx.method} {route} {status}"))
+        return status
 
 
 def _code(ctx: RequestContext, status: int) -> str | None:

@@ -123,12 +123,14 @@ class FakeClient:
     def __init__(self, body: object) -> None:
         self._body = body
         self.api_keys: list[str | None] = []
+        self.traces: list[bytes] = []
 
     @asynccontextmanager
     async def stream(
-        self, path: str, body: bytes, *, api_key: str | None = None
+        self, path: str, body: bytes, *, api_key: str | None = None, trace: bytes = b""
     ) -> AsyncIterator[object]:
         self.api_keys.append(api_key)
+        self.traces.append(trace)
         yield self._body
 
 

@@ -1,0 +1,419 @@
+"""The OpenTelemetry SDK, set up from `[telemetry]`, and one request's spans (`RequestTrace`).
+
+Imported only when tracing is on (gateway/telemetry/setup.py). The provider is this process's
+own, never the global one: tests run several gateways in one process, and the gateway sets no
+global state a library could pick up. Spans go to a `BatchSpanProcessor`, which queues them
+(dropping past `max_queue_size`, never blocking a request) and exports them from its own
+thread with the OTLP/HTTP protobuf exporter: nothing here awaits, nothing touches Trio.
+
+A request's spans are made with explicit parents rather than by attaching the OpenTelemetry
+context to the task: the request's steps run in one task, but a stream's upstream call runs in
+a relay actor's task, which does not inherit the request's context. So the span of the upstream
+call is made here and its `traceparent` handed to the upstream client as header bytes
+(`UpstreamSpan.headers`), wherever the call happens.
+
+Names and attributes follow the OpenTelemetry semantic conventions: HTTP for the server span,
+GenAI (`gen_ai.*`) for the request and the upstream call. docs/operations.md ("Tracing") lists
+them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from functools import lru_cache
+from types import TracebackType
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import msgspec
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    set_span_in_context,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.config import TelemetryConfig
+from gateway.logs import redact
+from gateway.server.asgi import Scope
+from protocol.errors import APIError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+
+if TYPE_CHECKING:
+    from gateway.web.context import RequestContext
+
+# Longer header values are ignored (a `traceparent` of version 00 has 55 characters; W3C asks
+# for at least 512 characters of `tracestate` to be kept, we keep up to 4 KiB).
+MAX_TRACEPARENT = 256
+MAX_TRACESTATE = 4096
+_PROPAGATOR = TraceContextTextMapPropagator()
+_EMPTY = Context()
+# HTTP methods a span is named after; any other is `_OTHER` (HTTP conventions).
+_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
+)
+# GenAI's `gen_ai.provider.name` for each provider kind (the kind itself where the conventions
+# name no value: ollama, vllm).
+_GENAI_PROVIDER = {"openai": "openai", "anthropic": "anthropic", "cohere": "cohere"}
+# `gen_ai.operation.name` by route; other routes use their last path segment.
+_OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+}
+
+
+class _Choice(msgspec.Struct):
+    finish_reason: str | None = None
+
+
+class _Answer(msgspec.Struct):
+    choices: list[_Choice] = []
+
+
+_ANSWER = msgspec.json.Decoder(_Answer).decode
+_NUMBER = msgspec.json.Decoder(float | None).decode
+
+
+class Tracing:
+    """This process's tracer provider and the factory of request traces."""
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        assert config.traces_url is not None and config.sample_ratio is not None
+        exporter = OTLPSpanExporter(endpoint=config.traces_url, timeout=config.export_timeout_s)
+        self.processor = BatchSpanProcessor(
+            exporter,
+            max_queue_size=config.max_queue_size,
+            schedule_delay_millis=config.export_delay_s * 1000,
+            max_export_batch_size=config.max_export_batch_size,
+            export_timeout_millis=config.export_timeout_s * 1000,
+        )
+        # A client's sampled (or unsampled) traceparent is followed; new traces by ratio.
+        sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
+        resource = Resource.create({"service.name": config.service_name})
+        self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("gateway")
+
+    def begin(self, scope: Scope, ctx: RequestContext) -> RequestTrace:
+        """The server span of one HTTP request, child of the client's `traceparent` when it
+        sent a valid one (an invalid one is ignored: a new trace)."""
+        parent = incoming_context(scope.get("headers"))
+        method = ctx.method if ctx.method in _METHODS else "_OTHER"
+        attributes = {
+            "http.request.method": method,
+            "url.path": redact(ctx.path),
+            "url.scheme": str(scope.get("scheme") or "http"),
+            "gateway.request_id": ctx.request_id,
+        }
+        if method != ctx.method:  # the conventions: names stay few, the original is kept
+            attributes["http.request.method_original"] = ctx.method[:64]
+        span = self.tracer.start_span(
+            method,  # named after its route once routed (`finish`)
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+        )
+        return RequestTrace(self, span, method)
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Export every span ended so far (blocking: tests, and `shutdown`)."""
+        return self.provider.force_flush(int(timeout_s * 1000))
+
+    def shutdown(self) -> None:
+        """Export what is queued and stop the exporter's thread (blocking)."""
+        self.provider.shutdown()
+
+
+def incoming_context(headers: object) -> Context:
+    """The W3C trace context a client sent (`traceparent`, `tracestate`), or an empty context.
+
+    Hostile input is ignored, never an error: repeated or over-long `traceparent`s, one that is
+    not exactly W3C's (the propagator's own check: version, lengths, hex, all-zero ids), and
+    an over-long `tracestate` (dropped on its own). Repeated `tracestate` fields are joined."""
+    if not isinstance(headers, Iterable):
+        return _EMPTY
+    parents: list[bytes] = []
+    states: list[bytes] = []
+    for name, value in headers:
+        if name == b"traceparent":
+            parents.append(value)
+        elif name == b"tracestate":
+            states.append(value)
+    if len(parents) != 1 or len(parents[0]) > MAX_TRACEPARENT:
+        return _EMPTY
+    carrier = {"traceparent": parents[0].decode("latin-1")}
+    state = b",".join(states)
+    if state and len(state) <= MAX_TRACESTATE:
+        carrier["tracestate"] = state.decode("latin-1")
+    try:
+        return _PROPAGATOR.extract(carrier)
+    except Exception:  # the propagator checks its input; this is a last guard
+        return _EMPTY
+
+
+class RequestTrace:
+    """One request's server span and the steps under it. Sites check `ctx.trace` for None
+    and then call these; an unsampled request's server span is non-recording and it makes no
+    child span at all (`recording`)."""
+
+    __slots__ = (
+        "_parent",
+        "_tracing",
+        "finish_reasons",
+        "ids",
+        "method",
+        "params",
+        "recording",
+        "request_model",
+        "span",
+    )
+
+    def __init__(self, tracing: Tracing, span: Span, method: str) -> None:
+        self._tracing = tracing
+        self.span = span
+        self.method = method
+        # Not sampled: no child span is made (each would be a non-recording one, for nothing);
+        # the upstream still gets a traceparent, naming this span, flagged unsampled.
+        self.recording = span.is_recording()
+        self._parent = set_span_in_context(span)
+        context = span.get_span_context()
+        # For the log lines written while serving it (gateway/logs.py TRACE_IDS); None when
+        # the SDK made no span at all (OTEL_SDK_DISABLED=true: its invalid all-zero ids).
+        self.ids = (
+            (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
+        )
+        self.request_model: str | None = None  # the model the client asked for
+        self.params: dict[str, int | float] = {}  # gen_ai.request.* the client set
+        self.finish_reasons: list[str] = []  # the answer's, when the route read them
+
+    def step(self, name: str, **attributes: str | int | float) -> Step:
+        """A child span around one step (`with trace.step("auth"):`), ended with the block;
+        an exception marks it failed with its error code."""
+        if not self.recording:
+            return Step(self.span)  # ending a non-recording span does nothing
+        span = self._tracing.tracer.start_span(
+            name, context=self._parent, kind=SpanKind.INTERNAL, attributes=attributes or None
+        )
+        return Step(span)
+
+    def note_chat(self, model: str, max_tokens: int | None, temperature: bytes | None) -> None:
+        """A chat request's GenAI attributes (`gen_ai.request.model`, `.max_tokens`,
+        `.temperature`: its raw JSON, kept when a number), on the request's span and on each
+        upstream call's."""
+        self.request_model = model
+        if max_tokens is not None:
+            self.params["gen_ai.request.max_tokens"] = max_tokens
+        if temperature is not None:
+            try:
+                value = _NUMBER(temperature)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                value = None
+            if value is not None and math.isfinite(value):
+                self.params["gen_ai.request.temperature"] = float(value)
+
+    def note_answer(self, body: bytes) -> None:
+        """A chat answer's finish reasons (`gen_ai.response.finish_reasons`), from its JSON."""
+        if not self.recording:
+            return
+        try:
+            answer = _ANSWER(body)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return
+        self.finish_reasons = [c.finish_reason for c in answer.choices if c.finish_reason]
+
+    def upstream(
+        self, route: str | None, provider: str, kind: str, base_url: str, upstream_model: str
+    ) -> UpstreamSpan:
+        """The CLIENT span of one upstream attempt, named `{operation} {model}` (GenAI), and
+        the `traceparent` (and `tracestate`) to send with it."""
+        if not self.recording:
+            return UpstreamSpan(self.span, upstream_model)  # the traceparent of this span
+        operation = operation_name(route)
+        genai = _GENAI_PROVIDER.get(kind, kind)
+        host, port = _server(base_url)
+        attributes: dict[str, str | int | float] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": genai,
+            "gen_ai.system": genai,
+            "gen_ai.request.model": upstream_model,
+            "server.address": host,
+            "server.port": port,
+            "gateway.provider": provider,
+        }
+        attributes.update(self.params)
+        span = self._tracing.tracer.start_span(
+            f"{operation} {upstream_model}",
+            context=self._parent,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        return UpstreamSpan(span, upstream_model)
+
+    def finish(self, ctx: RequestContext, status: int) -> None:
+        """End the server span with what the request came to (after its last byte: a stream's
+        span ends with the stream)."""
+        span = self.span
+        if span.is_recording():
+            route = ctx.route
+            if route is not None:
+                span.update_name(f"{self.method} {route}")
+                span.set_attribute("http.route", route)
+            span.set_attribute("http.response.status_code", status)
+            _set_optional(
+                span,
+                {
+                    "gateway.org_id": ctx.org_id,
+                    "gateway.key_id": ctx.key_id,
+                    "gateway.deployment": ctx.deployment,
+                    "gateway.attempts": ctx.attempts,
+                    "gateway.cost_usd": ctx.cost_usd,
+                },
+            )
+            if ctx.model is not None:  # an inference request: GenAI's attributes too
+                _set_optional(
+                    span,
+                    {
+                        "gen_ai.operation.name": operation_name(route),
+                        "gen_ai.request.model": self.request_model or ctx.model,
+                        "gen_ai.response.model": ctx.model if ctx.deployment else None,
+                        "gen_ai.usage.input_tokens": ctx.prompt_tokens,
+                        "gen_ai.usage.output_tokens": ctx.completion_tokens,
+                    },
+                )
+                if self.params:
+                    span.set_attributes(self.params)
+                if self.finish_reasons:
+                    span.set_attribute("gen_ai.response.finish_reasons", self.finish_reasons)
+            if status >= 400:
+                code = ctx.error_code or ctx.error_type or str(status)
+                span.set_attribute("error.type", code)
+                if status >= 500:  # HTTP conventions: a 4xx is the client's, not the server's
+                    span.set_status(Status(StatusCode.ERROR, code))
+        span.end()
+
+
+class Step:
+    """A context manager ending a child span; an exception marks it ERROR with its code."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> Span:
+        return self.span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None:
+            failed(self.span, exc)
+        self.span.end()
+
+
+class UpstreamSpan:
+    """One upstream attempt's CLIENT span, and the header lines that carry it upstream."""
+
+    __slots__ = ("began", "headers", "model", "span")
+
+    def __init__(self, span: Span, model: str) -> None:
+        self.span = span
+        self.model = model
+        self.began = time.perf_counter()
+        context = span.get_span_context()
+        if not context.is_valid:  # OTEL_SDK_DISABLED: nothing to propagate
+            self.headers = b""
+            return
+        line = f"traceparent: 00-{context.trace_id:032x}-{context.span_id:016x}"
+        line += f"-{int(context.trace_flags):02x}\r\n"
+        state = context.trace_state.to_header() if context.trace_state else ""
+        if state:
+            line += f"tracestate: {state}\r\n"
+        self.headers = line.encode("latin-1")
+
+    def first_byte(self, seconds: float) -> None:
+        """The answer's first byte came `seconds` after the attempt began."""
+        span = self.span
+        if span.is_recording():
+            at = time.time_ns() - int((time.perf_counter() - self.began - seconds) * 1e9)
+            span.add_event("gen_ai.first_byte", timestamp=at)
+            span.set_attribute("gateway.time_to_first_byte_ms", round(seconds * 1000, 3))
+
+    def end(
+        self,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        exc: BaseException | None = None,
+        finish_reasons: list[str] | None = None,
+    ) -> None:
+        span = self.span
+        if span.is_recording():
+            if exc is None:
+                _set_optional(
+                    span,
+                    {
+                        "gen_ai.response.model": self.model,
+                        "gen_ai.usage.input_tokens": input_tokens,
+                        "gen_ai.usage.output_tokens": output_tokens,
+                    },
+                )
+                if finish_reasons:
+                    span.set_attribute("gen_ai.response.finish_reasons", finish_reasons)
+            else:
+                failed(span, exc)
+        span.end()
+
+
+def failed(span: Span, exc: BaseException) -> None:
+    """Mark `span` as ended by `exc`: ERROR with the error's code (a cancellation, the client
+    leaving or the server stopping, is noted but is not the step's failure)."""
+    if not span.is_recording():
+        return
+    if not isinstance(exc, Exception):
+        span.set_attribute("error.type", "cancelled")
+        return
+    code = error_code(exc)
+    span.set_attribute("error.type", code)
+    if isinstance(exc, UpstreamStatusError):
+        span.set_attribute("http.response.status_code", exc.status)
+    span.set_status(Status(StatusCode.ERROR, code))
+
+
+def error_code(exc: Exception) -> str:
+    """The error's code as the client would be answered it, or its class for anything else."""
+    if isinstance(exc, APIError):
+        return exc.code or exc.type
+    if isinstance(exc, UpstreamTimeout):
+        return "upstream_timeout"
+    if isinstance(exc, UpstreamStatusError):
+        return str(exc.status)  # the conventions' error.type for an HTTP client: the status
+    if isinstance(exc, UpstreamError):
+        return "upstream_error"
+    return type(exc).__qualname__
+
+
+def operation_name(route: str | None) -> str:
+    if route is None:
+        return "unknown"
+    return _OPERATIONS.get(route) or route.rstrip("/").rpartition("/")[2]
+
+
+@lru_cache(maxsize=256)
+def _server(base_url: str) -> tuple[str, int]:
+    parts = urlsplit(base_url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _set_optional(span: Span, attributes: dict[str, str | int | float | None]) -> None:
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
