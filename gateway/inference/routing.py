@@ -323,10 +323,13 @@ async def _timed(
 ) -> T:
     """`attempt(deployment)`, its duration on /metrics by provider and outcome: to its answer,
     or to the head of a streamed one (the stream's own length is the client's). With tracing
-    on, the attempt is the upstream call's CLIENT span (`_traced`)."""
+    on, a sampled request's attempt is the upstream call's CLIENT span (`_traced`)."""
     trace = call.ctx.trace
     if trace is not None:
-        attempt = partial(_traced, trace, call, attempt)
+        if trace.recording:
+            attempt = partial(_traced, trace, call, attempt)
+        else:  # unsampled: only its traceparent goes on, the same for every attempt
+            call.trace_headers = trace.quiet_headers
     metrics = deps.metrics
     if metrics is None:
         return await attempt(deployment)

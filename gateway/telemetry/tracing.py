@@ -20,6 +20,8 @@ them.
 from __future__ import annotations
 
 import math
+import os
+import random
 import time
 from collections.abc import Iterable
 from functools import lru_cache
@@ -30,18 +32,22 @@ from urllib.parse import urlsplit
 import msgspec
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import (
     Span,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
+    get_current_span,
     set_span_in_context,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from gateway.config import TelemetryConfig
 from gateway.logs import redact
@@ -85,10 +91,33 @@ _ANSWER = msgspec.json.Decoder(_Answer).decode
 _NUMBER = msgspec.json.Decoder(float | None).decode
 
 
+class SampleDecision:
+    """Whether a request is traced, decided before the SDK is asked for anything: an unsampled
+    request then costs no SDK span at all (`RequestTrace.quiet`). A client's valid
+    `traceparent` is followed, sampled or not; a new trace is sampled with probability `ratio`
+    (the SDK's `ParentBased(TraceIdRatioBased)` made the same choice, after building the span)."""
+
+    __slots__ = ("_random", "ratio")
+
+    def __init__(self, ratio: float, rng: random.Random | None = None) -> None:
+        self.ratio = ratio
+        self._random = rng or random.Random()
+
+    def __call__(self, parent: SpanContext | None) -> bool:
+        if parent is not None:
+            return parent.trace_flags.sampled
+        ratio = self.ratio
+        return ratio >= 1.0 or (ratio > 0.0 and self._random.random() < ratio)
+
+    def new_id(self, bits: int) -> int:
+        """A random non-zero id (W3C forbids all-zero ones) for an unsampled request."""
+        return self._random.getrandbits(bits) or 1
+
+
 class Tracing:
     """This process's tracer provider and the factory of request traces."""
 
-    def __init__(self, config: TelemetryConfig) -> None:
+    def __init__(self, config: TelemetryConfig, rng: random.Random | None = None) -> None:
         assert config.traces_url is not None and config.sample_ratio is not None
         exporter = OTLPSpanExporter(endpoint=config.traces_url, timeout=config.export_timeout_s)
         self.processor = BatchSpanProcessor(
@@ -98,8 +127,13 @@ class Tracing:
             max_export_batch_size=config.max_export_batch_size,
             export_timeout_millis=config.export_timeout_s * 1000,
         )
-        # A client's sampled (or unsampled) traceparent is followed; new traces by ratio.
-        sampler = ParentBased(TraceIdRatioBased(config.sample_ratio))
+        # Sampling is decided in `begin` (`SampleDecision`): the SDK is asked only for the
+        # spans of sampled requests, and records them all.
+        self.decide = SampleDecision(config.sample_ratio, rng)
+        # The SDK's own off switch (all its spans invalid): then it is asked for every request,
+        # and nothing is propagated (an invalid span has no traceparent).
+        self.sdk_off = os.environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
+        sampler = ParentBased(ALWAYS_ON)
         resource = Resource.create({"service.name": config.service_name})
         self.provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
         self.provider.add_span_processor(self.processor)
@@ -107,10 +141,18 @@ class Tracing:
 
     def begin(self, scope: Scope, ctx: RequestContext) -> RequestTrace:
         """The server span of one HTTP request, child of the client's `traceparent` when it
-        sent a valid one (an invalid one is ignored: a new trace)."""
+        sent a valid one (an invalid one is ignored: a new trace). Unsampled: no SDK span, only
+        ids for the log lines and the unsampled `traceparent` sent upstream."""
         parent = incoming_context(scope.get("headers"))
+        remote = None
+        if parent is not _EMPTY:  # a traceparent was read: taken when the propagator took it
+            remote = get_current_span(parent).get_span_context()
+            if not remote.is_valid:
+                remote = None
         method = ctx.method if ctx.method in _METHODS else "_OTHER"
-        attributes = {
+        if not self.decide(remote) and not self.sdk_off:
+            return RequestTrace.quiet(self, method, remote)
+        attributes: dict[str, AttributeValue] = {
             "http.request.method": method,
             "url.path": redact(ctx.path),
             "url.scheme": str(scope.get("scheme") or "http"),
@@ -150,7 +192,7 @@ def incoming_context(headers: object) -> Context:
             parents.append(value)
         elif name == b"tracestate":
             states.append(value)
-    if len(parents) != 1 or len(parents[0]) > MAX_TRACEPARENT:
+    if len(parents) != 1 or len(parents[0]) > MAX_TRACEPARENT:  # none is the usual case
         return _EMPTY
     carrier = {"traceparent": parents[0].decode("latin-1")}
     state = b",".join(states)
@@ -164,27 +206,39 @@ def incoming_context(headers: object) -> Context:
 
 class RequestTrace:
     """One request's server span and the steps under it. Sites check `ctx.trace` for None
-    and then call these; an unsampled request's server span is non-recording and it makes no
-    child span at all (`recording`)."""
+    and then call these. An unsampled request (`quiet`) has no span at all: its steps are
+    `NO_STEP`, its upstream calls all carry one `traceparent` flagged unsampled (`Quiet`)."""
 
     __slots__ = (
         "_parent",
+        "_quiet",
         "_tracing",
         "finish_reasons",
         "ids",
         "method",
         "params",
+        "quiet_headers",
         "recording",
         "request_model",
         "span",
     )
 
-    def __init__(self, tracing: Tracing, span: Span, method: str) -> None:
+    def __init__(self, tracing: Tracing, span: Span | None, method: str) -> None:
         self._tracing = tracing
         self.span = span
         self.method = method
-        # Not sampled: no child span is made (each would be a non-recording one, for nothing);
-        # the upstream still gets a traceparent, naming this span, flagged unsampled.
+        self.request_model: str | None = None  # the model the client asked for
+        self.params: dict[str, AttributeValue] = {}  # gen_ai.request.* the client set
+        self.finish_reasons: list[str] = []  # the answer's, when the route read them
+        self._quiet: Quiet | None = None
+        # Not recording: what every upstream call sends (none under the SDK's off switch).
+        self.quiet_headers = b""
+        if span is None:  # `quiet` sets the rest
+            self.recording = False
+            self._parent = _EMPTY
+            self.ids: tuple[str, str] | None = None
+            return
+        # Non-recording only under the SDK's off switch: no child span is made then.
         self.recording = span.is_recording()
         self._parent = set_span_in_context(span)
         context = span.get_span_context()
@@ -193,15 +247,28 @@ class RequestTrace:
         self.ids = (
             (f"{context.trace_id:032x}", f"{context.span_id:016x}") if context.is_valid else None
         )
-        self.request_model: str | None = None  # the model the client asked for
-        self.params: dict[str, int | float] = {}  # gen_ai.request.* the client set
-        self.finish_reasons: list[str] = []  # the answer's, when the route read them
 
-    def step(self, name: str, **attributes: str | int | float) -> Step:
+    @classmethod
+    def quiet(cls, tracing: Tracing, method: str, parent: SpanContext | None) -> RequestTrace:
+        """An unsampled request: the trace goes on upstream, flagged unsampled (W3C), under a
+        span id of its own (the one its log lines carry), in the parent's trace if any."""
+        trace = cls(tracing, None, method)
+        decide = tracing.decide
+        trace_id = parent.trace_id if parent is not None else decide.new_id(128)
+        ids = trace.ids = (f"{trace_id:032x}", f"{decide.new_id(64):016x}")
+        line = f"traceparent: 00-{ids[0]}-{ids[1]}-00\r\n"
+        state = parent.trace_state.to_header() if parent is not None else ""
+        if state:
+            line += f"tracestate: {state}\r\n"
+        trace.quiet_headers = line.encode("latin-1")
+        trace._quiet = Quiet(trace.quiet_headers)
+        return trace
+
+    def step(self, name: str, **attributes: AttributeValue) -> Step | _NoStep:
         """A child span around one step (`with trace.step("auth"):`), ended with the block;
         an exception marks it failed with its error code."""
         if not self.recording:
-            return Step(self.span)  # ending a non-recording span does nothing
+            return NO_STEP
         span = self._tracing.tracer.start_span(
             name, context=self._parent, kind=SpanKind.INTERNAL, attributes=attributes or None
         )
@@ -211,6 +278,8 @@ class RequestTrace:
         """A chat request's GenAI attributes (`gen_ai.request.model`, `.max_tokens`,
         `.temperature`: its raw JSON, kept when a number), on the request's span and on each
         upstream call's."""
+        if not self.recording:
+            return
         self.request_model = model
         if max_tokens is not None:
             self.params["gen_ai.request.max_tokens"] = max_tokens
@@ -234,15 +303,18 @@ class RequestTrace:
 
     def upstream(
         self, route: str | None, provider: str, kind: str, base_url: str, upstream_model: str
-    ) -> UpstreamSpan:
+    ) -> UpstreamSpan | Quiet:
         """The CLIENT span of one upstream attempt, named `{operation} {model}` (GenAI), and
         the `traceparent` (and `tracestate`) to send with it."""
-        if not self.recording:
-            return UpstreamSpan(self.span, upstream_model)  # the traceparent of this span
+        if self._quiet is not None:
+            return self._quiet
+        span = self.span
+        if not self.recording or span is None:  # the SDK's off switch: nothing to send
+            return QUIET_NOTHING
         operation = operation_name(route)
         genai = _GENAI_PROVIDER.get(kind, kind)
         host, port = _server(base_url)
-        attributes: dict[str, str | int | float] = {
+        attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": genai,
             "gen_ai.system": genai,
@@ -250,8 +322,8 @@ class RequestTrace:
             "server.address": host,
             "server.port": port,
             "gateway.provider": provider,
+            **self.params,
         }
-        attributes.update(self.params)
         span = self._tracing.tracer.start_span(
             f"{operation} {upstream_model}",
             context=self._parent,
@@ -262,44 +334,40 @@ class RequestTrace:
 
     def finish(self, ctx: RequestContext, status: int) -> None:
         """End the server span with what the request came to (after its last byte: a stream's
-        span ends with the stream)."""
+        span ends with the stream). Its attributes are set in one call (the SDK takes its lock
+        and checks its limits per call)."""
         span = self.span
-        if span.is_recording():
-            route = ctx.route
-            if route is not None:
-                span.update_name(f"{self.method} {route}")
-                span.set_attribute("http.route", route)
-            span.set_attribute("http.response.status_code", status)
-            _set_optional(
-                span,
-                {
-                    "gateway.org_id": ctx.org_id,
-                    "gateway.key_id": ctx.key_id,
-                    "gateway.deployment": ctx.deployment,
-                    "gateway.attempts": ctx.attempts,
-                    "gateway.cost_usd": ctx.cost_usd,
-                },
-            )
-            if ctx.model is not None:  # an inference request: GenAI's attributes too
-                _set_optional(
-                    span,
-                    {
-                        "gen_ai.operation.name": operation_name(route),
-                        "gen_ai.request.model": self.request_model or ctx.model,
-                        "gen_ai.response.model": ctx.model if ctx.deployment else None,
-                        "gen_ai.usage.input_tokens": ctx.prompt_tokens,
-                        "gen_ai.usage.output_tokens": ctx.completion_tokens,
-                    },
-                )
-                if self.params:
-                    span.set_attributes(self.params)
-                if self.finish_reasons:
-                    span.set_attribute("gen_ai.response.finish_reasons", self.finish_reasons)
-            if status >= 400:
-                code = ctx.error_code or ctx.error_type or str(status)
-                span.set_attribute("error.type", code)
-                if status >= 500:  # HTTP conventions: a 4xx is the client's, not the server's
-                    span.set_status(Status(StatusCode.ERROR, code))
+        if span is None:
+            return
+        if not self.recording:
+            span.end()
+            return
+        route = ctx.route
+        attributes: dict[str, AttributeValue] = {"http.response.status_code": status}
+        if route is not None:
+            span.update_name(f"{self.method} {route}")
+            attributes["http.route"] = route
+        _put(attributes, "gateway.org_id", ctx.org_id)
+        _put(attributes, "gateway.key_id", ctx.key_id)
+        _put(attributes, "gateway.deployment", ctx.deployment)
+        _put(attributes, "gateway.attempts", ctx.attempts)
+        _put(attributes, "gateway.cost_usd", ctx.cost_usd)
+        if ctx.model is not None:  # an inference request: GenAI's attributes too
+            attributes["gen_ai.operation.name"] = operation_name(route)
+            attributes["gen_ai.request.model"] = self.request_model or ctx.model
+            if ctx.deployment:
+                attributes["gen_ai.response.model"] = ctx.model
+            _put(attributes, "gen_ai.usage.input_tokens", ctx.prompt_tokens)
+            _put(attributes, "gen_ai.usage.output_tokens", ctx.completion_tokens)
+            attributes.update(self.params)
+            if self.finish_reasons:
+                attributes["gen_ai.response.finish_reasons"] = self.finish_reasons
+        if status >= 400:
+            code = ctx.error_code or ctx.error_type or str(status)
+            attributes["error.type"] = code
+            if status >= 500:  # HTTP conventions: a 4xx is the client's, not the server's
+                span.set_status(Status(StatusCode.ERROR, code))
+        span.set_attributes(attributes)
         span.end()
 
 
@@ -322,19 +390,59 @@ class Step:
         self.span.end()
 
 
+class _NoStep:
+    """The step of an unsampled request: nothing to start or end."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+NO_STEP = _NoStep()
+
+
+class Quiet:
+    """An unsampled request's upstream attempt: only the header lines sent with it (the same
+    for every attempt), nothing recorded."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: bytes) -> None:
+        self.headers = headers
+
+    def first_byte(self, seconds: float) -> None:
+        return None
+
+    def end(
+        self,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        exc: BaseException | None = None,
+        finish_reasons: list[str] | None = None,
+    ) -> None:
+        return None
+
+
+QUIET_NOTHING = Quiet(b"")  # the SDK's off switch: no valid ids to propagate
+
+
 class UpstreamSpan:
     """One upstream attempt's CLIENT span, and the header lines that carry it upstream."""
 
-    __slots__ = ("began", "headers", "model", "span")
+    __slots__ = ("began", "headers", "model", "span", "ttfb_ms")
 
     def __init__(self, span: Span, model: str) -> None:
         self.span = span
         self.model = model
         self.began = time.perf_counter()
+        self.ttfb_ms: float | None = None
         context = span.get_span_context()
-        if not context.is_valid:  # OTEL_SDK_DISABLED: nothing to propagate
-            self.headers = b""
-            return
         line = f"traceparent: 00-{context.trace_id:032x}-{context.span_id:016x}"
         line += f"-{int(context.trace_flags):02x}\r\n"
         state = context.trace_state.to_header() if context.trace_state else ""
@@ -343,12 +451,11 @@ class UpstreamSpan:
         self.headers = line.encode("latin-1")
 
     def first_byte(self, seconds: float) -> None:
-        """The answer's first byte came `seconds` after the attempt began."""
-        span = self.span
-        if span.is_recording():
-            at = time.time_ns() - int((time.perf_counter() - self.began - seconds) * 1e9)
-            span.add_event("gen_ai.first_byte", timestamp=at)
-            span.set_attribute("gateway.time_to_first_byte_ms", round(seconds * 1000, 3))
+        """The answer's first byte came `seconds` after the attempt began (an event now, the
+        attribute with the others at `end`)."""
+        at = time.time_ns() - int((time.perf_counter() - self.began - seconds) * 1e9)
+        self.span.add_event("gen_ai.first_byte", timestamp=at)
+        self.ttfb_ms = round(seconds * 1000, 3)
 
     def end(
         self,
@@ -358,20 +465,18 @@ class UpstreamSpan:
         finish_reasons: list[str] | None = None,
     ) -> None:
         span = self.span
-        if span.is_recording():
-            if exc is None:
-                _set_optional(
-                    span,
-                    {
-                        "gen_ai.response.model": self.model,
-                        "gen_ai.usage.input_tokens": input_tokens,
-                        "gen_ai.usage.output_tokens": output_tokens,
-                    },
-                )
-                if finish_reasons:
-                    span.set_attribute("gen_ai.response.finish_reasons", finish_reasons)
-            else:
-                failed(span, exc)
+        attributes: dict[str, AttributeValue] = {}
+        _put(attributes, "gateway.time_to_first_byte_ms", self.ttfb_ms)
+        if exc is None:
+            attributes["gen_ai.response.model"] = self.model
+            _put(attributes, "gen_ai.usage.input_tokens", input_tokens)
+            _put(attributes, "gen_ai.usage.output_tokens", output_tokens)
+            if finish_reasons:
+                attributes["gen_ai.response.finish_reasons"] = finish_reasons
+        if attributes:
+            span.set_attributes(attributes)
+        if exc is not None:
+            failed(span, exc)
         span.end()
 
 
@@ -415,5 +520,6 @@ def _server(base_url: str) -> tuple[str, int]:
     return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def _set_optional(span: Span, attributes: dict[str, str | int | float | None]) -> None:
-    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+def _put(attributes: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
+    if value is not None:
+        attributes[key] = value

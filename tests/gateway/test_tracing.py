@@ -617,3 +617,83 @@ async def test_the_sdks_own_off_switch_sends_no_invalid_traceparent(
         await flushed(rig.gateway.runtime.tracing)
         assert "traceparent" not in upstream_headers(rig)
         assert receiver.spans() == []
+
+
+async def test_an_unsampled_request_sends_its_own_unsampled_traceparent_on_every_route(
+    tmp_path: Path, log_lines: tuple[io.StringIO, io.StringIO]
+) -> None:
+    """At ratio 0 no SDK span is made, yet each request has ids of its own: on its log lines
+    and in the `traceparent` (flags 00) its upstream calls get, a stream's relay included."""
+    async with traced(tmp_path, sample_ratio=0.0) as (rig, receiver):
+        body: dict[str, Any] = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+        answered = []
+        for stream in (False, True, False):
+            r = await rig.chat({**body, "stream": stream})
+            assert r.status_code == 200, r.text
+            answered.append((r.headers["x-request-id"], upstream_headers(rig)))
+        await flushed(rig.gateway.runtime.tracing)
+        assert receiver.spans() == []
+    lines = [json.loads(line) for line in log_lines[0].getvalue().splitlines()]
+    seen = set()
+    for request_id, sent in answered:
+        assert "tracestate" not in sent
+        version, trace_id, span_id, flags = sent["traceparent"].split("-")
+        assert version == "00" and flags == "00"
+        assert re.fullmatch("[0-9a-f]{32}", trace_id) and int(trace_id, 16) != 0
+        assert re.fullmatch("[0-9a-f]{16}", span_id) and int(span_id, 16) != 0
+        assert trace_id not in seen  # a new trace for each
+        seen.add(trace_id)
+        access = [e for e in lines if e.get("request_id") == request_id]
+        assert access and (access[0]["trace_id"], access[0]["span_id"]) == (trace_id, span_id)
+
+
+async def test_an_unsampled_parent_keeps_its_trace_and_tracestate_upstream(
+    tmp_path: Path,
+) -> None:
+    async with traced(tmp_path, sample_ratio=1.0) as (rig, receiver):
+        r = await rig.gateway.client.post(
+            "/v1/chat/completions",
+            json={"model": "small", "messages": [{"role": "user", "content": "hi"}]},
+            headers={
+                **rig.gateway.auth(rig.key),
+                "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00",
+                "tracestate": "vendor=opaque,other=1",
+            },
+        )
+        assert r.status_code == 200, r.text
+        sent = upstream_headers(rig)
+        await flushed(rig.gateway.runtime.tracing)
+        # A ratio of 1 does not override the parent's choice (the rig's own calls are traced).
+        assert receiver.trace(TRACE_ID) == []
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
+    assert span_id not in (PARENT_ID, "0" * 16)
+    assert sent["tracestate"] == "vendor=opaque,other=1"
+
+
+def test_the_sampling_decision_honours_the_ratio_and_the_parents_flag() -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from gateway.telemetry.tracing import SampleDecision
+
+    parents = {
+        flag: SpanContext(int(TRACE_ID, 16), int(PARENT_ID, 16), True, TraceFlags(flag))
+        for flag in (TraceFlags.DEFAULT, TraceFlags.SAMPLED)
+    }
+    draws = 20_000
+    for ratio in (0.0, 0.01, 0.1, 0.5, 1.0):
+        decide = SampleDecision(ratio, random.Random(25))
+        taken = sum(decide(None) for _ in range(draws))
+        # Binomial: within 5 standard deviations (exact at 0 and 1).
+        assert abs(taken - ratio * draws) <= 5 * (draws * ratio * (1 - ratio)) ** 0.5, ratio
+        # A valid parent's flag decides, whatever the ratio.
+        assert decide(parents[TraceFlags.SAMPLED]) is True
+        assert decide(parents[TraceFlags.DEFAULT]) is False
+    # Seeded, the same decisions: the ratio alone does not make them.
+    first = SampleDecision(0.3, random.Random(7))
+    again = SampleDecision(0.3, random.Random(7))
+    assert [first(None) for _ in range(500)] == [again(None) for _ in range(500)]
+    # Ids of unsampled requests are never all-zero, even when the generator draws 0.
+    zero = SampleDecision(0.0, random.Random(1))
+    zero._random.getrandbits = lambda bits: 0  # type: ignore[method-assign]
+    assert zero.new_id(128) == 1 and zero.new_id(64) == 1
