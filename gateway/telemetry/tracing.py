@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 MAX_TRACEPARENT = 256
 MAX_TRACESTATE = 4096
 _PROPAGATOR = TraceContextTextMapPropagator()
+_SPAN_BITS = (1 << 64) - 1
 _EMPTY = Context()
 # HTTP methods a span is named after; any other is `_OTHER` (HTTP conventions).
 _METHODS = frozenset(
@@ -207,11 +208,11 @@ def incoming_context(headers: object) -> Context:
 class RequestTrace:
     """One request's server span and the steps under it. Sites check `ctx.trace` for None
     and then call these. An unsampled request (`quiet`) has no span at all: its steps are
-    `NO_STEP`, its upstream calls all carry one `traceparent` flagged unsampled (`Quiet`)."""
+    `NO_STEP`, its upstream calls all carry one `traceparent` flagged unsampled
+    (`quiet_headers`)."""
 
     __slots__ = (
         "_parent",
-        "_quiet",
         "_tracing",
         "finish_reasons",
         "ids",
@@ -230,7 +231,6 @@ class RequestTrace:
         self.request_model: str | None = None  # the model the client asked for
         self.params: dict[str, AttributeValue] = {}  # gen_ai.request.* the client set
         self.finish_reasons: list[str] = []  # the answer's, when the route read them
-        self._quiet: Quiet | None = None
         # Not recording: what every upstream call sends (none under the SDK's off switch).
         self.quiet_headers = b""
         if span is None:  # `quiet` sets the rest
@@ -254,14 +254,17 @@ class RequestTrace:
         span id of its own (the one its log lines carry), in the parent's trace if any."""
         trace = cls(tracing, None, method)
         decide = tracing.decide
-        trace_id = parent.trace_id if parent is not None else decide.new_id(128)
-        ids = trace.ids = (f"{trace_id:032x}", f"{decide.new_id(64):016x}")
-        line = f"traceparent: 00-{ids[0]}-{ids[1]}-00\r\n"
+        bits = decide.new_id(192)  # a new trace id's 128 bits and the span id's 64, at once
+        if not bits >> 64 or not bits & _SPAN_BITS:  # never all-zero (W3C)
+            bits = decide.new_id(128) << 64 | decide.new_id(64)
+        ids = f"{bits:048x}"
+        trace_id = ids[:32] if parent is None else f"{parent.trace_id:032x}"
+        trace.ids = (trace_id, ids[32:])
+        line = f"traceparent: 00-{trace_id}-{ids[32:]}-00\r\n"
         state = parent.trace_state.to_header() if parent is not None else ""
         if state:
             line += f"tracestate: {state}\r\n"
         trace.quiet_headers = line.encode("latin-1")
-        trace._quiet = Quiet(trace.quiet_headers)
         return trace
 
     def step(self, name: str, **attributes: AttributeValue) -> Step | _NoStep:
@@ -306,11 +309,8 @@ class RequestTrace:
     ) -> UpstreamSpan | Quiet:
         """The CLIENT span of one upstream attempt, named `{operation} {model}` (GenAI), and
         the `traceparent` (and `tracestate`) to send with it."""
-        if self._quiet is not None:
-            return self._quiet
-        span = self.span
-        if not self.recording or span is None:  # the SDK's off switch: nothing to send
-            return QUIET_NOTHING
+        if not self.recording:  # unsampled (the routes send `quiet_headers` without asking)
+            return Quiet(self.quiet_headers)
         operation = operation_name(route)
         genai = _GENAI_PROVIDER.get(kind, kind)
         host, port = _server(base_url)
@@ -427,9 +427,6 @@ class Quiet:
         finish_reasons: list[str] | None = None,
     ) -> None:
         return None
-
-
-QUIET_NOTHING = Quiet(b"")  # the SDK's off switch: no valid ids to propagate
 
 
 class UpstreamSpan:
