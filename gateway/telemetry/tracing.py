@@ -258,9 +258,12 @@ class RequestTrace:
         if not bits >> 64 or not bits & _SPAN_BITS:  # never all-zero (W3C)
             bits = decide.new_id(128) << 64 | decide.new_id(64)
         ids = f"{bits:048x}"
-        trace_id = ids[:32] if parent is None else f"{parent.trace_id:032x}"
+        if parent is None:  # a new trace: W3C level 2's `random` flag, as the SDK sets it
+            trace_id, flags = ids[:32], "02"
+        else:  # the parent's flags (its sampled bit is clear: that is why we are here)
+            trace_id, flags = f"{parent.trace_id:032x}", f"{int(parent.trace_flags):02x}"
         trace.ids = (trace_id, ids[32:])
-        line = f"traceparent: 00-{trace_id}-{ids[32:]}-00\r\n"
+        line = f"traceparent: 00-{trace_id}-{ids[32:]}-{flags}\r\n"
         state = parent.trace_state.to_header() if parent is not None else ""
         if state:
             line += f"tracestate: {state}\r\n"
