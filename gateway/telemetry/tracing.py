@@ -23,7 +23,6 @@ import math
 import os
 import random
 import time
-from collections.abc import Iterable
 from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -150,9 +149,9 @@ class Tracing:
             remote = get_current_span(parent).get_span_context()
             if not remote.is_valid:
                 remote = None
-        method = ctx.method if ctx.method in _METHODS else "_OTHER"
         if not self.decide(remote) and not self.sdk_off:
-            return RequestTrace.quiet(self, method, remote)
+            return RequestTrace.quiet(self, remote)
+        method = ctx.method if ctx.method in _METHODS else "_OTHER"
         attributes: dict[str, AttributeValue] = {
             "http.request.method": method,
             "url.path": redact(ctx.path),
@@ -184,7 +183,7 @@ def incoming_context(headers: object) -> Context:
     Hostile input is ignored, never an error: repeated or over-long `traceparent`s, one that is
     not exactly W3C's (the propagator's own check: version, lengths, hex, all-zero ids), and
     an over-long `tracestate` (dropped on its own). Repeated `tracestate` fields are joined."""
-    if not isinstance(headers, Iterable):
+    if not isinstance(headers, list | tuple):  # ASGI's list (cheaper than an ABC's check)
         return _EMPTY
     parents: list[bytes] = []
     states: list[bytes] = []
@@ -249,10 +248,10 @@ class RequestTrace:
         )
 
     @classmethod
-    def quiet(cls, tracing: Tracing, method: str, parent: SpanContext | None) -> RequestTrace:
+    def quiet(cls, tracing: Tracing, parent: SpanContext | None) -> RequestTrace:
         """An unsampled request: the trace goes on upstream, flagged unsampled (W3C), under a
         span id of its own (the one its log lines carry), in the parent's trace if any."""
-        trace = cls(tracing, None, method)
+        trace = cls(tracing, None, "")  # its method names no span
         decide = tracing.decide
         bits = decide.new_id(192)  # a new trace id's 128 bits and the span id's 64, at once
         if not bits >> 64 or not bits & _SPAN_BITS:  # never all-zero (W3C)
