@@ -22,9 +22,7 @@ from __future__ import annotations
 import math
 import os
 import random
-import time
 from functools import lru_cache
-from types import TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -51,7 +49,7 @@ from opentelemetry.util.types import AttributeValue
 from gateway.config import TelemetryConfig
 from gateway.logs import redact
 from gateway.server.asgi import Scope
-from protocol.errors import APIError, UpstreamError, UpstreamStatusError, UpstreamTimeout
+from gateway.telemetry.spans import NO_STEP, NoStep, Quiet, Step, UpstreamSpan, put
 
 if TYPE_CHECKING:
     from gateway.web.context import RequestContext
@@ -269,7 +267,7 @@ class RequestTrace:
         trace.quiet_headers = line.encode("latin-1")
         return trace
 
-    def step(self, name: str, **attributes: AttributeValue) -> Step | _NoStep:
+    def step(self, name: str, **attributes: AttributeValue) -> Step | NoStep:
         """A child span around one step (`with trace.step("auth"):`), ended with the block;
         an exception marks it failed with its error code."""
         if not self.recording:
@@ -349,18 +347,18 @@ class RequestTrace:
         if route is not None:
             span.update_name(f"{self.method} {route}")
             attributes["http.route"] = route
-        _put(attributes, "gateway.org_id", ctx.org_id)
-        _put(attributes, "gateway.key_id", ctx.key_id)
-        _put(attributes, "gateway.deployment", ctx.deployment)
-        _put(attributes, "gateway.attempts", ctx.attempts)
-        _put(attributes, "gateway.cost_usd", ctx.cost_usd)
+        put(attributes, "gateway.org_id", ctx.org_id)
+        put(attributes, "gateway.key_id", ctx.key_id)
+        put(attributes, "gateway.deployment", ctx.deployment)
+        put(attributes, "gateway.attempts", ctx.attempts)
+        put(attributes, "gateway.cost_usd", ctx.cost_usd)
         if ctx.model is not None:  # an inference request: GenAI's attributes too
             attributes["gen_ai.operation.name"] = operation_name(route)
             attributes["gen_ai.request.model"] = self.request_model or ctx.model
             if ctx.deployment:
                 attributes["gen_ai.response.model"] = ctx.model
-            _put(attributes, "gen_ai.usage.input_tokens", ctx.prompt_tokens)
-            _put(attributes, "gen_ai.usage.output_tokens", ctx.completion_tokens)
+            put(attributes, "gen_ai.usage.input_tokens", ctx.prompt_tokens)
+            put(attributes, "gen_ai.usage.output_tokens", ctx.completion_tokens)
             attributes.update(self.params)
             if self.finish_reasons:
                 attributes["gen_ai.response.finish_reasons"] = self.finish_reasons
@@ -373,140 +371,6 @@ class RequestTrace:
         span.end()
 
 
-class Step:
-    """A context manager ending a child span; an exception marks it ERROR with its code."""
-
-    __slots__ = ("span",)
-
-    def __init__(self, span: Span) -> None:
-        self.span = span
-
-    def __enter__(self) -> Span:
-        return self.span
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is not None:
-            failed(self.span, exc)
-        self.span.end()
-
-
-class _NoStep:
-    """The step of an unsampled request: nothing to start or end."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-NO_STEP = _NoStep()
-
-
-class Quiet:
-    """An unsampled request's upstream attempt: only the header lines sent with it (the same
-    for every attempt), nothing recorded."""
-
-    __slots__ = ("headers",)
-
-    def __init__(self, headers: bytes) -> None:
-        self.headers = headers
-
-    def first_byte(self, seconds: float) -> None:
-        return None
-
-    def end(
-        self,
-        input_tokens: int | None,
-        output_tokens: int | None,
-        exc: BaseException | None = None,
-        finish_reasons: list[str] | None = None,
-    ) -> None:
-        return None
-
-
-class UpstreamSpan:
-    """One upstream attempt's CLIENT span, and the header lines that carry it upstream."""
-
-    __slots__ = ("began", "headers", "model", "span", "ttfb_ms")
-
-    def __init__(self, span: Span, model: str) -> None:
-        self.span = span
-        self.model = model
-        self.began = time.perf_counter()
-        self.ttfb_ms: float | None = None
-        context = span.get_span_context()
-        line = f"traceparent: 00-{context.trace_id:032x}-{context.span_id:016x}"
-        line += f"-{int(context.trace_flags):02x}\r\n"
-        state = context.trace_state.to_header() if context.trace_state else ""
-        if state:
-            line += f"tracestate: {state}\r\n"
-        self.headers = line.encode("latin-1")
-
-    def first_byte(self, seconds: float) -> None:
-        """The answer's first byte came `seconds` after the attempt began (an event now, the
-        attribute with the others at `end`)."""
-        at = time.time_ns() - int((time.perf_counter() - self.began - seconds) * 1e9)
-        self.span.add_event("gen_ai.first_byte", timestamp=at)
-        self.ttfb_ms = round(seconds * 1000, 3)
-
-    def end(
-        self,
-        input_tokens: int | None,
-        output_tokens: int | None,
-        exc: BaseException | None = None,
-        finish_reasons: list[str] | None = None,
-    ) -> None:
-        span = self.span
-        attributes: dict[str, AttributeValue] = {}
-        _put(attributes, "gateway.time_to_first_byte_ms", self.ttfb_ms)
-        if exc is None:
-            attributes["gen_ai.response.model"] = self.model
-            _put(attributes, "gen_ai.usage.input_tokens", input_tokens)
-            _put(attributes, "gen_ai.usage.output_tokens", output_tokens)
-            if finish_reasons:
-                attributes["gen_ai.response.finish_reasons"] = finish_reasons
-        if attributes:
-            span.set_attributes(attributes)
-        if exc is not None:
-            failed(span, exc)
-        span.end()
-
-
-def failed(span: Span, exc: BaseException) -> None:
-    """Mark `span` as ended by `exc`: ERROR with the error's code (a cancellation, the client
-    leaving or the server stopping, is noted but is not the step's failure)."""
-    if not span.is_recording():
-        return
-    if not isinstance(exc, Exception):
-        span.set_attribute("error.type", "cancelled")
-        return
-    code = error_code(exc)
-    span.set_attribute("error.type", code)
-    if isinstance(exc, UpstreamStatusError):
-        span.set_attribute("http.response.status_code", exc.status)
-    span.set_status(Status(StatusCode.ERROR, code))
-
-
-def error_code(exc: Exception) -> str:
-    """The error's code as the client would be answered it, or its class for anything else."""
-    if isinstance(exc, APIError):
-        return exc.code or exc.type
-    if isinstance(exc, UpstreamTimeout):
-        return "upstream_timeout"
-    if isinstance(exc, UpstreamStatusError):
-        return str(exc.status)  # the conventions' error.type for an HTTP client: the status
-    if isinstance(exc, UpstreamError):
-        return "upstream_error"
-    return type(exc).__qualname__
-
-
 def operation_name(route: str | None) -> str:
     if route is None:
         return "unknown"
@@ -517,8 +381,3 @@ def operation_name(route: str | None) -> str:
 def _server(base_url: str) -> tuple[str, int]:
     parts = urlsplit(base_url)
     return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def _put(attributes: dict[str, AttributeValue], key: str, value: AttributeValue | None) -> None:
-    if value is not None:
-        attributes[key] = value
