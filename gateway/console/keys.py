@@ -10,11 +10,11 @@ import msgspec
 from gateway.console import data
 from gateway.console.http import Page, PageError, redirect
 from gateway.console.routing import PREFIX, html, need_org, route
+from gateway.keys.routes import key_settings
 from gateway.server.asgi import Send
 from protocol.credentials import CredentialKind
 from protocol.errors import APIError
-from protocol.keys import KeyCreate
-from protocol.money import usd_to_micros
+from protocol.keys import KeyCreate, KeyUpdate
 from storage.errors import UniqueViolation
 
 if TYPE_CHECKING:
@@ -31,6 +31,9 @@ async def keys(console: Console, page: Page, send: Send) -> None:
         else []
     )
     await html(send, console.render("keys.html", **values))
+
+
+_BUDGETS = ("daily_budget_usd", "monthly_budget_usd")
 
 
 def _budget(form: dict[str, str], name: str) -> float | None:
@@ -54,21 +57,16 @@ async def create_key(console: Console, page: Page, send: Send) -> None:
         body = msgspec.convert(
             {
                 "name": form.get("name", "").strip(),
-                "daily_budget_usd": _budget(form, "daily_budget_usd"),
-                "monthly_budget_usd": _budget(form, "monthly_budget_usd"),
+                **{field: _budget(form, field) for field in _BUDGETS},
             },
             KeyCreate,
         )
     except (msgspec.ValidationError, APIError) as exc:
         raise PageError(400, f"The key was not created: {exc}") from None
-    settings: dict[str, Any] = {"name": body.name}
-    for field in ("daily_budget_usd", "monthly_budget_usd"):
-        value = getattr(body, field)
-        settings[field.replace("_usd", "_micros")] = None if value is None else usd_to_micros(value)
     runtime = console.runtime
     credential = runtime.hasher.generate(CredentialKind.SECRET)
     try:
-        record = await runtime.storage.keys.create(org.id, credential, settings)
+        record = await runtime.storage.keys.create(org.id, credential, key_settings(body))
     except UniqueViolation:
         raise PageError(409, f"A key named {body.name!r} already exists.") from None
     assert page.session is not None
@@ -91,12 +89,11 @@ async def change_key(console: Console, page: Page, send: Send) -> None:
         done = await storage.keys.update(org.id, key_id, changes) is not None
         message = f"Key {action}d."
     elif action == "budget":
-        changes = {}
-        for field in ("daily_budget_usd", "monthly_budget_usd"):
-            value = _budget(form, field)
-            changes[field.replace("_usd", "_micros")] = (
-                None if value is None else usd_to_micros(value)
-            )
+        try:
+            update = msgspec.convert({f: _budget(form, f) for f in _BUDGETS}, KeyUpdate)
+        except (msgspec.ValidationError, APIError) as exc:
+            raise PageError(400, f"The budgets were not saved: {exc}") from None
+        changes = key_settings(update)
         done = await storage.keys.update(org.id, key_id, changes) is not None
         message = "Budgets saved."
     else:

@@ -3,18 +3,19 @@ event, enable or disable, secret rotation, redelivery)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from actors.webhooks.secrets import secret_context
 from gateway.console.http import Page, PageError, redirect
 from gateway.console.routing import PREFIX, html, need_org, route
 from gateway.server.asgi import Send
 from gateway.webhooks.area import WebhooksArea
+from gateway.webhooks.rotation import rotate_secret
 from protocol.secretbox import WEBHOOK_SECRETS
 from protocol.timefmt import now_us
 from protocol.webhook_samples import sample_data
-from protocol.webhooks import EVENT_TYPES, generate_secret, secret_hint
+from protocol.webhooks import EVENT_TYPES, generate_secret
 from storage.orgs import Org
+from storage.webhooks import Webhook
 
 if TYPE_CHECKING:
     from gateway.console.app import Console
@@ -32,7 +33,7 @@ async def webhooks(console: Console, page: Page, send: Send) -> None:
     await html(send, console.render("webhooks.html", **values))
 
 
-async def _webhook(console: Console, org: Org, webhook_id: str) -> Any:
+async def _webhook(console: Console, org: Org, webhook_id: str) -> Webhook:
     record = await console.runtime.storage.webhooks.get(org.id, webhook_id)
     if record is None:
         raise PageError(404, "There is no such webhook.")
@@ -78,18 +79,9 @@ async def webhook_action(console: Console, page: Page, send: Send) -> None:
         await console.flash(page, "info", f"Webhook {action}d.")
     elif action == "rotate":
         secret = generate_secret()
-        now = now_us()
-        box = console.runtime.box(WEBHOOK_SECRETS)
-        overlap = console.runtime.config.webhooks.secret_rotation_overlap_s
-        rotated = await repo.rotate_secret(
-            org.id,
-            record.id,
-            now,
-            secret_sealed=box.seal(secret, secret_context(org.id, record.id)),
-            secret_hint=secret_hint(secret),
-            previous_secret_sealed=record.secret_sealed,
-            previous_expires_at=now + int(overlap * 1_000_000),
-        )
+        runtime = console.runtime
+        box = runtime.box(WEBHOOK_SECRETS)
+        rotated = await rotate_secret(repo, box, runtime.config.webhooks, record, secret)
         if rotated is None:
             raise PageError(404, "There is no such webhook.")
         await console.flash(page, "secret", f"{record.url}\0{secret}")

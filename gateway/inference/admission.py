@@ -4,13 +4,13 @@ it cost. (The key's rate limit was applied by the request layer: gateway/web/rat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from decimal import Decimal
 from functools import lru_cache
 
 from actors.accountant import Accountant
 from gateway.config import ModelConfig
-from gateway.inference.billing import open_bill, open_free_bill, open_unit_bill
+from gateway.inference.billing import Bill, open_bill, open_free_bill, open_unit_bill
 from gateway.inference.call import Call
 from gateway.inference.deps import InferenceDeps
 from gateway.inference.fine_tuned import FT_PREFIX, keep_affinity, resolve_fine_tuned
@@ -214,12 +214,7 @@ async def reserve(
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
-    trace = call.ctx.trace
-    if trace is None:
-        call.bill = await hold
-    else:
-        with trace.step("admission", **_BUDGET):
-            call.bill = await hold
+    await _held(call, hold)
 
 
 async def reserve_units(
@@ -246,6 +241,11 @@ async def reserve_units(
         description=_description(capability, call.ctx.model),
         budget=key_budget(call),
     )
+    await _held(call, hold)
+
+
+async def _held(call: Call, hold: Awaitable[Bill]) -> None:
+    """`call.bill` from `hold` (the budget's admission: a step of the trace when traced)."""
     trace = call.ctx.trace
     if trace is None:
         call.bill = await hold

@@ -58,8 +58,9 @@ def key_item(key: KeyRecord, spend: tuple[int, int] = (0, 0)) -> KeyItem:
     )
 
 
-def _settings(body: KeyCreate | KeyUpdate) -> dict[str, Any]:
-    """The fields the body includes, in storage terms (micro-USD, epoch microseconds)."""
+def key_settings(body: KeyCreate | KeyUpdate) -> dict[str, Any]:
+    """The fields the body includes, in storage terms (micro-USD, epoch microseconds); the
+    console's key forms use it too."""
     out: dict[str, Any] = {}
     for name in ("name", "scopes", "rate_limit_rpm", "allowed_models", "is_active", "cache"):
         value = getattr(body, name, UNSET)
@@ -137,7 +138,7 @@ def routes(
         principal = request.principal
         assert principal is not None
         body = await request.json(KeyCreate)
-        settings = _settings(body)
+        settings = key_settings(body)
         if principal.key is not None:  # a secret key: never more than it holds
             settings = inherit(principal.key, settings)
             check_create(principal.key, KeyLimits.of(settings))
@@ -233,7 +234,7 @@ def routes(
     async def update_key(request: Request) -> Response:
         principal, key_id = _caller(request)
         body = await request.json(KeyUpdate)
-        changes = _settings(body)
+        changes = key_settings(body)
         try:
             record = await storage.keys.update(
                 principal.org_id, key_id, changes, check=_change_check(principal)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from actors.webhooks.secrets import secret_context
 from gateway.config.schema import WebhooksConfig
 from gateway.web import Operation, Request, Response, Routes, json_response
+from gateway.webhooks.rotation import rotate_secret as rotate
 from gateway.webhooks.target import check_target
 from gateway.webhooks.views import delivery_item, webhook_item, webhook_with_secret
 from protocol import errors
@@ -302,20 +303,9 @@ def routes(storage: Storage, box: SecretBox, config: WebhooksConfig, wake: Wake)
     async def rotate_secret(request: Request) -> Response:
         principal, webhook_id = _caller(request)
         body = await optional_body(request, WebhookRotateSecret, WebhookRotateSecret())
-        org_id = principal.org_id
-        current = await owned(org_id, webhook_id)
+        current = await owned(principal.org_id, webhook_id)
         secret = generate_secret() if body.secret is None else body.secret
-        now = now_us()
-        # The current ciphertext is kept as the previous one: same box, same context.
-        record = await repo.rotate_secret(
-            org_id,
-            webhook_id,
-            now,
-            secret_sealed=box.seal(secret, secret_context(org_id, webhook_id)),
-            secret_hint=secret_hint(secret),
-            previous_secret_sealed=current.secret_sealed,
-            previous_expires_at=now + int(config.secret_rotation_overlap_s * 1_000_000),
-        )
+        record = await rotate(repo, box, config, current, secret)
         if record is None:
             raise _not_found(webhook_id)
         return json_response(webhook_with_secret(record, secret))
